@@ -1,0 +1,66 @@
+"""chongming-redis: a Redis-backed distributed worker framework.
+
+The names below are the public API. ``RedisTaskStore`` (and the runtime) are imported lazily,
+so a user of the protocol alone does not import redis-py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chongming_redis.errors import (
+    CommandAlreadyExists,
+    CommandNotFound,
+    ConcurrencyConflict,
+    CorruptRecord,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+    TaskAlreadyExists,
+)
+from chongming_redis.model import (
+    Command,
+    CommandKind,
+    Failure,
+    Progress,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
+from chongming_redis.stores.memory import InMemoryTaskStore
+
+if TYPE_CHECKING:
+    from chongming_redis.stores.redis import RedisTaskStore
+
+__all__ = [
+    "Command",
+    "CommandAlreadyExists",
+    "CommandKind",
+    "CommandNotFound",
+    "ConcurrencyConflict",
+    "CorruptRecord",
+    "Failure",
+    "InMemoryTaskStore",
+    "Progress",
+    "RedisTaskStore",
+    "StoreClosed",
+    "StoreError",
+    "StoreUnavailable",
+    "TaskAlreadyExists",
+    "TaskQuery",
+    "TaskSnapshot",
+    "TaskStatus",
+    "Transition",
+]
+
+_LAZY = {"RedisTaskStore": "chongming_redis.stores.redis"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chongming_redis' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,95 @@
+"""The exception tree every store raises, with the same messages in every store.
+
+``StoreError`` is the root. A caller that only wants to know "did the store do it?" catches
+``StoreError``; a caller that must react to a second writer catches ``ConcurrencyConflict``.
+Bad arguments are not store failures: they raise ``TypeError`` / ``ValueError`` before any I/O.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Root of every failure a ``TaskStore`` reports."""
+
+
+class ConcurrencyConflict(StoreError):
+    """``save`` found a ``status_version`` other than the one the caller expected.
+
+    It means a second writer exists. Never retry it: stop acting on the task and look.
+    ``actual`` is ``None`` when the task does not exist at all.
+    """
+
+    def __init__(self, task_id: str, expected: int, actual: int | None) -> None:
+        self.task_id = task_id
+        self.expected = expected
+        self.actual = actual
+        found = "no such task" if actual is None else f"found version {actual}"
+        super().__init__(f"task {task_id!r}: expected version {expected}, {found}")
+
+    def __reduce__(self) -> tuple[type[ConcurrencyConflict], tuple[str, int, int | None]]:
+        return (type(self), (self.task_id, self.expected, self.actual))
+
+
+class TaskAlreadyExists(StoreError):
+    """``create`` was called with a ``task_id`` that is already stored; nothing was written."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id!r} already exists")
+
+    def __reduce__(self) -> tuple[type[TaskAlreadyExists], tuple[str]]:
+        return (type(self), (self.task_id,))
+
+
+class CommandNotFound(StoreError):
+    """``complete_command`` / ``release_command`` named a command that was never submitted."""
+
+    def __init__(self, command_id: str) -> None:
+        self.command_id = command_id
+        super().__init__(f"command {command_id!r} does not exist")
+
+    def __reduce__(self) -> tuple[type[CommandNotFound], tuple[str]]:
+        return (type(self), (self.command_id,))
+
+
+class CommandAlreadyExists(StoreError):
+    """``submit_command`` was called with a ``command_id`` that is already stored."""
+
+    def __init__(self, command_id: str) -> None:
+        self.command_id = command_id
+        super().__init__(f"command {command_id!r} already exists")
+
+    def __reduce__(self) -> tuple[type[CommandAlreadyExists], tuple[str]]:
+        return (type(self), (self.command_id,))
+
+
+class StoreClosed(StoreError):
+    """The store was closed; every call after ``close()`` raises this."""
+
+    def __init__(self) -> None:
+        super().__init__("the store is closed")
+
+    def __reduce__(self) -> tuple[type[StoreClosed], tuple[()]]:
+        return (type(self), ())
+
+
+class StoreUnavailable(StoreError):
+    """The backend could not be reached (connection refused, reset, timed out)."""
+
+
+class CorruptRecord(StoreError):
+    """Data in the backend does not decode: written by another client, or damaged.
+
+    ``key`` names the record (a Redis key, a file, a row id); ``field`` the column, if known.
+    The store changed nothing when it raised this.
+    """
+
+    def __init__(self, key: str, field: str | None, detail: str) -> None:
+        self.key = key
+        self.field = field
+        self.detail = detail
+        where = f"{key!r}" if field is None else f"{key!r} field {field!r}"
+        super().__init__(f"corrupt record {where}: {detail}")
+
+    def __reduce__(self) -> tuple[type[CorruptRecord], tuple[str, str | None, str]]:
+        return (type(self), (self.key, self.field, self.detail))

@@ -1,0 +1,259 @@
+"""The task model: frozen records that every store reads and writes.
+
+Every record validates itself at construction: a naive datetime, a ``bool`` where an ``int`` is
+meant, a negative version or an unusable id raises ``TypeError``/``ValueError`` here, long before
+a store sees it. Datetimes are converted to UTC on the way in, so a record equals its round trip
+through any store, timezone included. ``dataclasses.replace`` works (it re-runs the checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from chongming_redis.validation import (
+    check_bool,
+    check_dt,
+    check_identifier,
+    check_int,
+    check_number,
+    check_optional_dt,
+    check_optional_identifier,
+    check_optional_text,
+    check_text,
+)
+
+
+class TaskStatus(str, Enum):
+    """Where a task is in its life. The last four are terminal: nothing leaves them."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset(
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.STOPPED, TaskStatus.LOST}
+)
+
+
+class CommandKind(str, Enum):
+    """What a control command asks the holder of a task to do."""
+
+    STOP = "stop"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)
+
+
+def _status(value: object, what: str) -> TaskStatus:
+    if isinstance(value, TaskStatus):
+        return value
+    raise TypeError(f"{what} must be a TaskStatus, not {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a task has come: ``current`` of ``total`` (if known), with an optional note."""
+
+    current: int | float
+    total: int | float | None = None
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        check_number(self.current, "Progress.current")
+        if self.total is not None:
+            check_number(self.total, "Progress.total")
+        check_optional_text(self.message, "Progress.message", max_bytes=4096)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a task failed: the exception type, its message and (optionally) the traceback."""
+
+    error_type: str
+    message: str
+    traceback: str | None = None
+
+    def __post_init__(self) -> None:
+        check_text(self.error_type, "Failure.error_type", max_bytes=1024)
+        check_text(self.message, "Failure.message")
+        check_optional_text(self.traceback, "Failure.traceback", max_bytes=256 * 1024)
+
+
+def _tags(value: object) -> frozenset[str]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"tags must be a frozenset of str, not {type(value).__name__}")
+    tags = frozenset(value)
+    for tag in tags:
+        check_identifier(tag, "tag")
+    return tags
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """One task as the store holds it.
+
+    ``status_version`` is the compare-and-set token: every ``save`` names the version it read.
+    ``heartbeat_at`` (is the task moving?) and ``lease_owner``/``lease_until`` (is anyone
+    supervising it?) are written only by ``touch``; ``save`` never writes the lease columns.
+    ``params`` and ``result`` hold msgpack-able values (None, bool, int, float, str, bytes, list,
+    dict); tuples come back as lists.
+    """
+
+    task_id: str
+    name: str
+    status: TaskStatus
+    status_version: int
+    created_at: datetime
+    updated_at: datetime
+    tags: frozenset[str] = field(default_factory=frozenset)
+    bucket: int = 0
+    key: str | None = None
+    pipeline_run_id: str | None = None
+    params: Any = None
+    result: Any = None
+    progress: Progress | None = None
+    failure: Failure | None = None
+    heartbeat_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    attempt: int = 1
+    not_before: datetime | None = None
+
+    def __post_init__(self) -> None:
+        check_identifier(self.task_id, "task_id")
+        check_identifier(self.name, "name")
+        _status(self.status, "status")
+        check_int(self.status_version, "status_version")
+        _set(self, "created_at", check_dt(self.created_at, "created_at"))
+        _set(self, "updated_at", check_dt(self.updated_at, "updated_at"))
+        _set(self, "tags", _tags(self.tags))
+        check_int(self.bucket, "bucket", maximum=2**31 - 1)
+        check_optional_identifier(self.key, "key")
+        check_optional_identifier(self.pipeline_run_id, "pipeline_run_id")
+        if self.progress is not None and not isinstance(self.progress, Progress):
+            raise TypeError(f"progress must be a Progress, not {type(self.progress).__name__}")
+        if self.failure is not None and not isinstance(self.failure, Failure):
+            raise TypeError(f"failure must be a Failure, not {type(self.failure).__name__}")
+        _set(self, "heartbeat_at", check_optional_dt(self.heartbeat_at, "heartbeat_at"))
+        check_optional_identifier(self.lease_owner, "lease_owner")
+        _set(self, "lease_until", check_optional_dt(self.lease_until, "lease_until"))
+        check_int(self.attempt, "attempt")
+        _set(self, "not_before", check_optional_dt(self.not_before, "not_before"))
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One entry of a task's audit history: the move that produced ``version``.
+
+    ``from_status`` is ``None`` for the entry that records the task's creation.
+    """
+
+    task_id: str
+    version: int
+    from_status: TaskStatus | None
+    to_status: TaskStatus
+    at: datetime
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        check_identifier(self.task_id, "task_id")
+        check_int(self.version, "version")
+        if self.from_status is not None:
+            _status(self.from_status, "from_status")
+        _status(self.to_status, "to_status")
+        _set(self, "at", check_dt(self.at, "at"))
+        check_optional_text(self.reason, "reason")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A control request for the process that holds a task. Stores pass it on, never act on it.
+
+    ``lease_until`` is set by ``claim_commands``; ``finished_at``/``outcome`` by
+    ``complete_command``.
+    """
+
+    command_id: str
+    task_id: str
+    kind: CommandKind
+    created_at: datetime
+    issued_by: str | None = None
+    payload: Any = None
+    lease_until: datetime | None = None
+    finished_at: datetime | None = None
+    outcome: str | None = None
+
+    def __post_init__(self) -> None:
+        check_identifier(self.command_id, "command_id")
+        check_identifier(self.task_id, "task_id")
+        if not isinstance(self.kind, CommandKind):
+            raise TypeError(f"kind must be a CommandKind, not {type(self.kind).__name__}")
+        _set(self, "created_at", check_dt(self.created_at, "created_at"))
+        check_optional_identifier(self.issued_by, "issued_by")
+        _set(self, "lease_until", check_optional_dt(self.lease_until, "lease_until"))
+        _set(self, "finished_at", check_optional_dt(self.finished_at, "finished_at"))
+        check_optional_text(self.outcome, "outcome", max_bytes=1024)
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    """What ``TaskStore.query`` filters on. ``None`` means "no restriction".
+
+    All given filters must hold (AND). ``statuses`` and ``buckets`` match any member (OR within
+    the set). ``tag`` matches exactly (``io`` never matches ``ios``). Results are ordered by
+    ``created_at`` (ties by ``task_id``), newest first with ``newest_first=True``.
+    """
+
+    statuses: frozenset[TaskStatus] | None = None
+    name: str | None = None
+    name_prefix: str | None = None
+    tag: str | None = None
+    buckets: frozenset[int] | None = None
+    pipeline_run_id: str | None = None
+    limit: int | None = None
+    newest_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.statuses is not None:
+            _set(self, "statuses", _frozen(self.statuses, "statuses"))
+            for status in self.statuses:  # type: ignore[union-attr]
+                _status(status, "statuses member")
+        check_optional_identifier(self.name, "name")
+        check_optional_identifier(self.name_prefix, "name_prefix")
+        check_optional_identifier(self.tag, "tag")
+        if self.buckets is not None:
+            _set(self, "buckets", _frozen(self.buckets, "buckets"))
+            for bucket in self.buckets:  # type: ignore[union-attr]
+                check_int(bucket, "buckets member", maximum=2**31 - 1)
+        check_optional_identifier(self.pipeline_run_id, "pipeline_run_id")
+        if self.limit is not None:
+            check_int(self.limit, "limit")
+        check_bool(self.newest_first, "newest_first")
+
+
+def _frozen(value: object, what: str) -> frozenset[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a set, not {type(value).__name__}")
+    return frozenset(value)

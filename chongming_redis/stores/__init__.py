@@ -1,0 +1,1 @@
+"""Task stores: the protocol, the codec, and the built-in backends."""

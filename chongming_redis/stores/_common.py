@@ -1,0 +1,96 @@
+"""Argument checks every store runs before touching its backend, so that all stores refuse
+the same input with the same exception and message (RELIABILITY B7, B11)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, Transition
+from chongming_redis.validation import (
+    check_dt,
+    check_identifier,
+    check_int,
+    check_optional_dt,
+    check_optional_identifier,
+    check_optional_text,
+    check_positive_seconds,
+)
+
+MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+MAX_CLAIM_LIMIT = 1000
+
+
+def require(value: object, kind: type, what: str) -> None:
+    if not isinstance(value, kind):
+        raise TypeError(f"{what} must be a {kind.__name__}, not {type(value).__name__}")
+
+
+def check_snapshot(snapshot: object) -> TaskSnapshot:
+    require(snapshot, TaskSnapshot, "snapshot")
+    return snapshot  # type: ignore[return-value]
+
+
+def check_save(snapshot: object, expect_version: object) -> TaskSnapshot:
+    checked = check_snapshot(snapshot)
+    check_int(expect_version, "expect_version")
+    if checked.status_version <= expect_version:  # type: ignore[operator]
+        raise ValueError(
+            f"snapshot.status_version ({checked.status_version}) must be greater than "
+            f"expect_version ({expect_version}): versions never go back"
+        )
+    return checked
+
+
+def check_query(query: object) -> TaskQuery:
+    if query is None:
+        return TaskQuery()
+    require(query, TaskQuery, "query")
+    return query  # type: ignore[return-value]
+
+
+def check_transition(transition: object) -> Transition:
+    require(transition, Transition, "transition")
+    return transition  # type: ignore[return-value]
+
+
+def check_command(command: object) -> Command:
+    require(command, Command, "command")
+    return command  # type: ignore[return-value]
+
+
+def check_touch(
+    task_id: object,
+    progress: object,
+    heartbeat_at: object,
+    lease_owner: object,
+    lease_until: object,
+) -> None:
+    check_identifier(task_id, "task_id")
+    if progress is not None:
+        require(progress, Progress, "progress")
+    check_optional_dt(heartbeat_at, "heartbeat_at")
+    check_optional_identifier(lease_owner, "lease_owner")
+    check_optional_dt(lease_until, "lease_until")
+
+
+def check_claim(now: object, lease_seconds: object, limit: object) -> datetime:
+    """Returns ``now + lease_seconds`` (UTC), itself checked to be storable."""
+    moment = check_dt(now, "now")
+    seconds = check_positive_seconds(lease_seconds, "lease_seconds", maximum=MAX_LEASE_SECONDS)
+    check_int(limit, "limit", minimum=1, maximum=MAX_CLAIM_LIMIT)
+    return check_dt(moment + timedelta(seconds=seconds), "now + lease_seconds")
+
+
+def check_keep_terminal(keep_terminal: object) -> int:
+    return check_int(keep_terminal, "keep_terminal")
+
+
+def check_complete(command_id: object, now: object, outcome: object) -> None:
+    check_identifier(command_id, "command_id")
+    check_dt(now, "now")
+    check_optional_text(outcome, "outcome", max_bytes=1024)
+
+
+def check_release(command_id: object, now: object) -> None:
+    check_identifier(command_id, "command_id")
+    check_dt(now, "now")

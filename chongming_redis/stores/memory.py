@@ -1,0 +1,247 @@
+"""``InMemoryTaskStore``: the reference implementation of ``TaskStore``.
+
+One lock plays the role a Lua script plays on Redis: every method is one critical section, so
+"check, then write" is atomic. Records are kept as codec rows, not as the caller's objects, so a
+caller mutating its ``params`` dict after ``create`` cannot change the stored task, and every
+value that would not survive a real backend (oversized or unserialisable payloads) is refused
+here too. Single process only.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+
+from chongming_redis.errors import (
+    CommandAlreadyExists,
+    CommandNotFound,
+    ConcurrencyConflict,
+    StoreClosed,
+    TaskAlreadyExists,
+)
+from chongming_redis.model import (
+    Command,
+    Progress,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
+from chongming_redis.stores import _common as check
+from chongming_redis.stores.codec import (
+    LEASE_COLUMNS,
+    Row,
+    command_to_row,
+    encode_dt,
+    progress_to_columns,
+    row_to_command,
+    row_to_snapshot,
+    row_to_transition,
+    snapshot_to_row,
+    transition_to_row,
+)
+from chongming_redis.validation import check_identifier, check_int
+
+
+class InMemoryTaskStore:
+    """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._tasks: dict[str, Row] = {}
+        self._history: dict[str, dict[int, Row]] = {}
+        self._commands: dict[str, Row] = {}
+
+    # -- task snapshots --------------------------------------------------------------------
+
+    def create(self, snapshot: TaskSnapshot) -> None:
+        row = snapshot_to_row(check.check_snapshot(snapshot))
+        with self._open():
+            if snapshot.task_id in self._tasks:
+                raise TaskAlreadyExists(snapshot.task_id)
+            self._tasks[snapshot.task_id] = row
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        row = snapshot_to_row(check.check_save(snapshot, expect_version))
+        with self._open():
+            current = self._tasks.get(snapshot.task_id)
+            actual = None if current is None else current["status_version"]
+            if actual != expect_version:
+                raise ConcurrencyConflict(snapshot.task_id, expect_version, actual)  # type: ignore[arg-type]
+            assert current is not None
+            for column in LEASE_COLUMNS:  # save never writes the lease: keep what touch wrote
+                row[column] = current[column]
+            self._tasks[snapshot.task_id] = row
+
+    def get(self, task_id: str) -> TaskSnapshot | None:
+        check_identifier(task_id, "task_id")
+        with self._open():
+            row = self._tasks.get(task_id)
+            return None if row is None else row_to_snapshot(row)
+
+    def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
+        q = check.check_query(query)
+        with self._open():
+            rows = [row for row in self._tasks.values() if _matches(row, q)]
+        rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=q.newest_first)  # type: ignore[arg-type,return-value]
+        if q.limit is not None:
+            rows = rows[: q.limit]
+        return [row_to_snapshot(row) for row in rows]
+
+    def counts(self) -> dict[TaskStatus, int]:
+        with self._open():
+            result = dict.fromkeys(TaskStatus, 0)
+            for row in self._tasks.values():
+                result[TaskStatus(row["status"])] += 1
+            return result
+
+    # -- audit history ---------------------------------------------------------------------
+
+    def append(self, transition: Transition) -> None:
+        row = transition_to_row(check.check_transition(transition))
+        with self._open():
+            entries = self._history.setdefault(transition.task_id, {})
+            entries.setdefault(transition.version, row)  # first write wins: idempotent
+
+    def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
+        check_identifier(task_id, "task_id")
+        check_int(since_version, "since_version")
+        with self._open():
+            entries = self._history.get(task_id, {})
+            rows = [entries[v] for v in sorted(entries) if v > since_version]
+        return [row_to_transition(row) for row in rows]
+
+    # -- high-frequency side path ----------------------------------------------------------
+
+    def touch(
+        self,
+        task_id: str,
+        *,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> None:
+        check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
+        changes: Row = {}
+        if progress is not None:
+            changes.update(progress_to_columns(progress))
+        if heartbeat_at is not None:
+            changes["heartbeat_at"] = encode_dt(heartbeat_at)
+        if lease_owner is not None:
+            changes["lease_owner"] = lease_owner
+        if lease_until is not None:
+            changes["lease_until"] = encode_dt(lease_until)
+        with self._open():
+            row = self._tasks.get(task_id)
+            if row is not None:  # a late heartbeat for a vanished task is not an error
+                row.update(changes)
+
+    # -- control commands ------------------------------------------------------------------
+
+    def submit_command(self, command: Command) -> None:
+        row = command_to_row(check.check_command(command))
+        with self._open():
+            if command.command_id in self._commands:
+                raise CommandAlreadyExists(command.command_id)
+            self._commands[command.command_id] = row
+
+    def claim_commands(
+        self, *, now: datetime, lease_seconds: float, limit: int = 50
+    ) -> list[Command]:
+        until = encode_dt(check.check_claim(now, lease_seconds, limit))
+        moment = encode_dt(now)
+        with self._open():
+            ready = [
+                row
+                for row in self._commands.values()
+                if row["finished_at"] is None
+                and (row["lease_until"] is None or row["lease_until"] <= moment)  # type: ignore[operator]
+            ]
+            ready.sort(key=lambda r: (r["created_at"], r["command_id"]))  # type: ignore[arg-type,return-value]
+            claimed = ready[:limit]
+            for row in claimed:
+                row["lease_until"] = until
+            return [row_to_command(row) for row in claimed]
+
+    def complete_command(
+        self, command_id: str, *, now: datetime, outcome: str | None = None
+    ) -> None:
+        check.check_complete(command_id, now, outcome)
+        finished_at = encode_dt(now)
+        with self._open():
+            row = self._command(command_id)
+            if row["finished_at"] is None:  # completing twice keeps the first outcome
+                row["finished_at"] = finished_at
+                row["outcome"] = outcome
+
+    def release_command(self, command_id: str, *, now: datetime) -> None:
+        check.check_release(command_id, now)
+        with self._open():
+            row = self._command(command_id)
+            if row["finished_at"] is None:  # a finished command stays finished
+                row["lease_until"] = None
+
+    # -- operations ------------------------------------------------------------------------
+
+    def prune(self, *, keep_terminal: int) -> int:
+        keep = check.check_keep_terminal(keep_terminal)
+        with self._open():
+            terminal = [
+                row for row in self._tasks.values() if TaskStatus(row["status"]).is_terminal
+            ]
+            terminal.sort(key=lambda r: (r["created_at"], r["task_id"]))  # type: ignore[arg-type,return-value]
+            doomed = terminal[: max(0, len(terminal) - keep)]
+            for row in doomed:
+                task_id = str(row["task_id"])
+                del self._tasks[task_id]
+                self._history.pop(task_id, None)
+            return len(doomed)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _open(self) -> _Guard:
+        return _Guard(self)
+
+    def _command(self, command_id: str) -> Row:
+        row = self._commands.get(command_id)
+        if row is None:
+            raise CommandNotFound(command_id)
+        return row
+
+
+class _Guard:
+    """Takes the store's lock and refuses to proceed once the store is closed."""
+
+    def __init__(self, store: InMemoryTaskStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._lock.acquire()
+        if self._store._closed:
+            self._store._lock.release()
+            raise StoreClosed()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._store._lock.release()
+
+
+def _matches(row: Row, q: TaskQuery) -> bool:
+    snapshot_status = TaskStatus(row["status"])
+    if q.statuses is not None and snapshot_status not in q.statuses:
+        return False
+    if q.name is not None and row["name"] != q.name:
+        return False
+    if q.name_prefix is not None and not str(row["name"]).startswith(q.name_prefix):
+        return False
+    if q.tag is not None and q.tag not in row_to_snapshot(row).tags:
+        return False
+    if q.buckets is not None and row["bucket"] not in q.buckets:
+        return False
+    return q.pipeline_run_id is None or row["pipeline_run_id"] == q.pipeline_run_id

@@ -1,0 +1,48 @@
+"""Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port.
+
+Locally a missing ``redis-server`` skips those tests with a reason; in CI (``CI`` set) it is a
+failure, so the Redis proofs can never silently disappear from a green run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.redis_server import RedisProc, redis_server_path
+
+IN_CI = bool(os.environ.get("CI"))
+
+
+def require_redis_server() -> None:
+    if redis_server_path() is None:
+        message = "redis-server is not on PATH (apt-get install -y redis-server)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_proc() -> Iterator[RedisProc]:
+    """One server for the session; tests isolate themselves by namespace, never FLUSHALL."""
+    require_redis_server()
+    server = RedisProc()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fresh_redis_proc() -> Iterator[RedisProc]:
+    """A private server for tests that kill, stop or reconfigure it."""
+    require_redis_server()
+    server = RedisProc()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}"

@@ -330,7 +330,26 @@ def _decode(row: Mapping[str, Primitive], build: Any) -> Any:
         raise
     except (TypeError, ValueError) as exc:
         # The model refused a decoded value (e.g. a negative version stored by another client).
-        raise RowError(reader.last, str(exc)) from None
+        # The records are built after every column was read, so the column read last is not the
+        # culprit; the model's messages start with the field's name, which names the column.
+        raise RowError(_column_of(str(exc), row), str(exc)) from None
+
+
+_FIELD_COLUMNS = {
+    "Progress.current": "progress_current",
+    "Progress.total": "progress_total",
+    "Progress.message": "progress_message",
+    "Failure.error_type": "failure_type",
+    "Failure.message": "failure_message",
+    "Failure.traceback": "failure_traceback",
+    "tag": "tags",
+}
+
+
+def _column_of(message: str, row: Mapping[str, Primitive]) -> str | None:
+    field = message.split(" ", 1)[0]
+    column = _FIELD_COLUMNS.get(field, field)
+    return column if column in row else None
 
 
 class _Reader:

@@ -1,0 +1,138 @@
+"""Every Redis key of a namespace, built in one place.
+
+All keys start with the namespace's hash tag ``{ns}:`` so a namespace lives in one cluster slot
+and every script's keys share it. After the tag comes a *kind* that names the structure, then
+(for per-record keys) the caller's identifier verbatim:
+
+====================  ======  =================================================================
+key                   type    meaning
+====================  ======  =================================================================
+``{ns}:t:<id>``       hash    one task (short field names, see ``TASK_FIELDS``)
+``{ns}:h:<id>``       zset    the task's history; score = version, member = msgpack entry
+``{ns}:c:<cid>``      hash    one control command (``COMMAND_FIELDS``)
+``{ns}:sb:<st>:<b>``  zset    tasks of status ``st`` in bucket ``b``; score = created_at (µs)
+``{ns}:tag:<tag>``    zset    tasks carrying ``tag`` (exact); score = created_at
+``{ns}:n:<name>``     zset    tasks named ``name``; score = created_at
+``{ns}:p:<pid>``      zset    tasks of pipeline run ``pid``; score = created_at
+``{ns}:names``        zset    every task name in use, score 0 (lexicographic: ``name_prefix``)
+``{ns}:term``         zset    terminal tasks; score = created_at (what ``prune`` drops first)
+``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
+``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
+``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
+``{ns}:cr:<token>``   list    the command ids one ``claim_commands`` call leased (retry memo)
+====================  ======  =================================================================
+
+Why identifiers are safe verbatim: the hash tag is the *first* ``{...}`` of a key, and it comes
+before any identifier, so an id containing ``{x}`` cannot move the key to another slot. Every
+kind is a fixed word followed by ``:`` (or a fixed word with no identifier at all), and no kind
+is a prefix of another kind followed by ``:``, so the kind of a key is decided before the
+identifier starts: ``t:x:history`` is the task ``x:history``, never the history of ``x``.
+Namespaces are restricted to ``[A-Za-z0-9_.-]`` so they cannot contain ``{``, ``}`` or ``:``.
+
+Scripts that only learn an index key from stored data (the old tags of a task being saved)
+derive it from ``root`` — the ``{ns}:`` prefix, passed as a KEY — and say so in their header.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+#: codec column -> hash field of ``{ns}:t:<id>``. ``task_id`` is the key itself; ``w`` (not a
+#: column) is the token of the last create/save, which lets a retried write see "already done".
+TASK_FIELDS: dict[str, str] = {
+    "name": "n",
+    "status": "s",
+    "status_version": "v",
+    "created_at": "c",
+    "updated_at": "u",
+    "tags": "g",
+    "bucket": "b",
+    "key": "k",
+    "pipeline_run_id": "p",
+    "params": "a",
+    "result": "r",
+    "progress_current": "pc",
+    "progress_total": "pt",
+    "progress_message": "pm",
+    "failure_type": "ft",
+    "failure_message": "fm",
+    "failure_traceback": "fb",
+    "heartbeat_at": "hb",
+    "lease_owner": "lo",
+    "lease_until": "lu",
+    "attempt": "at",
+    "not_before": "nb",
+}
+TASK_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in TASK_FIELDS.items()}
+WRITE_TOKEN_FIELD = "w"
+
+#: codec column -> hash field of ``{ns}:c:<cid>``.
+COMMAND_FIELDS: dict[str, str] = {
+    "command_id": "id",
+    "task_id": "t",
+    "kind": "k",
+    "created_at": "c",
+    "issued_by": "i",
+    "payload": "y",
+    "lease_until": "lu",
+    "finished_at": "f",
+    "outcome": "o",
+}
+COMMAND_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in COMMAND_FIELDS.items()}
+
+
+def check_namespace(namespace: object) -> str:
+    if type(namespace) is not str:
+        raise TypeError(f"namespace must be a str, not {type(namespace).__name__}")
+    if not _NAMESPACE.match(namespace):
+        raise ValueError(
+            f"namespace {namespace!r} must be 1-64 characters of letters, digits, '_', '.', '-'"
+        )
+    return namespace
+
+
+class Keys:
+    """The key builder of one namespace. Nothing else in the package spells a key."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = check_namespace(namespace)
+        self.root = "{" + namespace + "}:"
+        self.names = self.root + "names"
+        self.term = self.root + "term"
+        self.counts = self.root + "counts"
+        self.command_queue = self.root + "cq"
+        self.command_leases = self.root + "cl"
+
+    def task(self, task_id: str) -> str:
+        return self.root + "t:" + task_id
+
+    def history(self, task_id: str) -> str:
+        return self.root + "h:" + task_id
+
+    def command(self, command_id: str) -> str:
+        return self.root + "c:" + command_id
+
+    def status_bucket(self, status: str, bucket: int) -> str:
+        return f"{self.root}sb:{status}:{bucket}"
+
+    def tag(self, tag: str) -> str:
+        return self.root + "tag:" + tag
+
+    def name(self, name: str) -> str:
+        return self.root + "n:" + name
+
+    def pipeline(self, pipeline_run_id: str) -> str:
+        return self.root + "p:" + pipeline_run_id
+
+    def claim_memo(self, token: str) -> str:
+        return self.root + "cr:" + token
+
+    def pattern(self) -> str:
+        """The ACL key pattern that covers the namespace (glob-escaped)."""
+        return "~" + _glob_escape(self.root) + "*"
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)

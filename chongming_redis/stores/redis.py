@@ -1,0 +1,524 @@
+"""``RedisTaskStore``: the ``TaskStore`` protocol on Redis, one Lua script per operation.
+
+Every write is one ``EVALSHA`` of a script from ``lua/`` that validates everything, then writes
+the task, its indexes and counters together, so they can never disagree. Reads are plain
+``HGETALL``/``ZRANGEBYSCORE`` calls, or the read-only ``query`` script (``EVALSHA_RO``). The
+layout is documented in ``docs/redis-layout.md`` and built in ``_keys.py`` alone.
+
+Retries: redis-py re-sends a command whose connection failed, even if the server ran it
+(RELIABILITY fact 2). Each write therefore carries a token the script recognises: a retried
+``create``/``save``/``submit_command`` whose first attempt landed reports success, a retried
+``claim_commands`` returns the batch the first attempt leased, and ``append``, ``touch``,
+``complete_command`` and ``release_command`` are idempotent by nature.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+import msgpack
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from chongming_redis.errors import (
+    CommandAlreadyExists,
+    CommandNotFound,
+    ConcurrencyConflict,
+    CorruptRecord,
+    StoreClosed,
+    StoreError,
+    StoreUnavailable,
+    TaskAlreadyExists,
+)
+from chongming_redis.model import (
+    Command,
+    Progress,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
+from chongming_redis.stores import _common as check
+from chongming_redis.stores._keys import (
+    COMMAND_COLUMNS_BY_FIELD,
+    COMMAND_FIELDS,
+    TASK_COLUMNS_BY_FIELD,
+    TASK_FIELDS,
+    Keys,
+)
+from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
+from chongming_redis.stores.codec import (
+    LEASE_COLUMNS,
+    Primitive,
+    Row,
+    RowError,
+    command_to_row,
+    encode_dt,
+    progress_to_columns,
+    row_to_command,
+    row_to_snapshot,
+    row_to_transition,
+    snapshot_to_row,
+    transition_to_row,
+)
+from chongming_redis.validation import check_identifier, check_int
+
+log = logging.getLogger("chongming_redis.store")
+
+T = TypeVar("T")
+
+#: Matches returned per ``query`` script call, and entries examined when filters remain.
+QUERY_PAGE = 500
+QUERY_BUDGET = 1000
+#: Tasks ``prune`` drops per script call (each call stays well under a millisecond per task).
+PRUNE_BATCH = 200
+
+
+class RedisTaskStore:
+    """A ``TaskStore`` on one Redis database, isolated by ``namespace``.
+
+    ``client`` must be a ``redis.Redis`` created with ``decode_responses=False`` (values are
+    binary). Use ``from_url`` to get one with bounded timeouts and retries.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        namespace: str,
+        check_server: bool = True,
+        owns_client: bool = False,
+    ) -> None:
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise ValueError("RedisTaskStore needs a client with decode_responses=False")
+        self.keys = Keys(namespace)
+        self._client = client
+        self._owns_client = owns_client
+        self._closed = False
+        self.legacy_scripts = False
+        with self._errors():
+            self.legacy_scripts = not _supports_script_flags(client)
+            self._scripts: dict[str, Script] = {
+                name: client.register_script(script_text(name, legacy=self.legacy_scripts))
+                for name in SCRIPT_NAMES
+            }
+            if check_server:
+                check_server_settings(client)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        namespace: str,
+        socket_timeout: float = 5.0,
+        socket_connect_timeout: float = 2.0,
+        retries: int = 3,
+        check_server: bool = True,
+        **options: Any,
+    ) -> RedisTaskStore:
+        """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+
+        A call fails with ``StoreUnavailable`` after at most about
+        ``(retries + 1) * (socket_timeout + socket_connect_timeout)`` seconds, never hangs.
+        """
+        Keys(namespace)  # refuse a bad namespace before connecting
+        try:
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
+                decode_responses=False,
+                **options,
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+        return cls(client, namespace=namespace, check_server=check_server, owns_client=True)
+
+    @property
+    def namespace(self) -> str:
+        return self.keys.namespace
+
+    # -- task snapshots --------------------------------------------------------------------
+
+    def create(self, snapshot: TaskSnapshot) -> None:
+        row = snapshot_to_row(check.check_snapshot(snapshot))
+        key = self.keys.task(snapshot.task_id)
+        reply = self._run("create", [key, self.keys.root], self._task_args(row, ""))
+        if reply[0] == "EXISTS":
+            raise TaskAlreadyExists(snapshot.task_id)
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        row = snapshot_to_row(check.check_save(snapshot, expect_version))
+        key = self.keys.task(snapshot.task_id)
+        reply = self._run("save", [key, self.keys.root], self._task_args(row, expect_version))
+        if reply[0] == "CONFLICT":
+            actual = _text(reply[1])
+            raise ConcurrencyConflict(
+                snapshot.task_id, expect_version, int(actual) if actual else None
+            )
+
+    def get(self, task_id: str) -> TaskSnapshot | None:
+        check_identifier(task_id, "task_id")
+        key = self.keys.task(task_id)
+        fields = self._read(key, lambda c: c.hgetall(key))
+        return None if not fields else self._decode_task(task_id, fields)
+
+    def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
+        q = check.check_query(query)
+        if q.limit == 0 or q.statuses == frozenset() or q.buckets == frozenset():
+            self._check_open()
+            return []
+        source_kind, source_arg = _choose_source(q)
+        filters = [
+            " ".join(sorted(s.value for s in q.statuses or ())),
+            " ".join(str(b) for b in sorted(q.buckets or ())),
+            q.name or "",
+            q.name_prefix or "",
+            q.tag or "",
+            q.pipeline_run_id or "",
+        ]
+        exact_source = source_kind == "sb" and not (
+            q.name or q.name_prefix or q.tag or q.pipeline_run_id
+        )
+        results: list[TaskSnapshot] = []
+        cursor: tuple[str, str] = ("", "")
+        remaining = math.inf if q.limit is None else q.limit
+        while remaining > 0:
+            want = int(min(remaining, QUERY_PAGE))
+            budget = want if exact_source else max(want, QUERY_BUDGET)
+            args = ["desc" if q.newest_first else "asc", want, budget, *cursor]
+            reply = self._run("query", [self.keys.root], [*args, source_kind, source_arg, *filters])
+            exhausted, cursor = reply[1] == 1, (_text(reply[2]), _text(reply[3]))
+            page = [
+                self._decode_task(_text(reply[i]), _pairs(reply[i + 1]))
+                for i in range(4, len(reply), 2)
+            ]
+            results.extend(page)
+            remaining -= len(page)
+            if exhausted:
+                break
+        return results
+
+    def counts(self) -> dict[TaskStatus, int]:
+        key = self.keys.counts
+        raw = self._read(key, lambda c: c.hgetall(key))
+        result = dict.fromkeys(TaskStatus, 0)
+        for field, value in raw.items():
+            name = _text(field)
+            if ":" in name:
+                continue  # per-bucket counters
+            try:
+                result[TaskStatus(name)] = int(value)
+            except ValueError:
+                raise CorruptRecord(key, name, f"counter {value!r} does not decode") from None
+        return result
+
+    # -- audit history ---------------------------------------------------------------------
+
+    def append(self, transition: Transition) -> None:
+        row = transition_to_row(check.check_transition(transition))
+        entry = msgpack.packb([row[c] for c in _ENTRY_COLUMNS], use_bin_type=True)
+        self._run("append", [self.keys.history(transition.task_id)], [transition.version, entry])
+
+    def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
+        check_identifier(task_id, "task_id")
+        check_int(since_version, "since_version")
+        key = self.keys.history(task_id)
+        members = self._read(key, lambda c: c.zrangebyscore(key, f"({since_version}", "+inf"))
+        return [self._decode_entry(task_id, key, m) for m in members]
+
+    # -- high-frequency side path ----------------------------------------------------------
+
+    def touch(
+        self,
+        task_id: str,
+        *,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> None:
+        check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
+        columns: Row = {}
+        if progress is not None:
+            columns.update(progress_to_columns(progress))
+        if heartbeat_at is not None:
+            columns["heartbeat_at"] = encode_dt(heartbeat_at)
+        if lease_owner is not None:
+            columns["lease_owner"] = lease_owner
+        if lease_until is not None:
+            columns["lease_until"] = encode_dt(lease_until)
+        if not columns:
+            self._check_open()
+            return
+        writes, deletes = _hash_changes(columns, TASK_FIELDS)
+        self._run("touch", [self.keys.task(task_id)], [len(deletes), *deletes, *writes])
+
+    # -- control commands ------------------------------------------------------------------
+
+    def submit_command(self, command: Command) -> None:
+        row = command_to_row(check.check_command(command))
+        writes, _ = _hash_changes(row, COMMAND_FIELDS)
+        k = self.keys
+        args = [
+            command.command_id,
+            _token(),
+            row["created_at"],
+            "" if row["lease_until"] is None else row["lease_until"],
+            "0" if row["finished_at"] is None else "1",
+            *writes,
+        ]
+        key = k.command(command.command_id)
+        reply = self._run("submit_command", [key, k.command_queue, k.command_leases], args)
+        if reply[0] == "EXISTS":
+            raise CommandAlreadyExists(command.command_id)
+
+    def claim_commands(
+        self, *, now: datetime, lease_seconds: float, limit: int = 50
+    ) -> list[Command]:
+        until = encode_dt(check.check_claim(now, lease_seconds, limit))
+        k = self.keys
+        memo_ms = max(1000, math.ceil(lease_seconds * 1000))
+        keys = [k.command_queue, k.command_leases, k.claim_memo(_token()), k.root]
+        reply = self._run("claim_commands", keys, [encode_dt(now), until, limit, memo_ms])
+        return [
+            self._decode_command(_text(reply[i]), _pairs(reply[i + 1]))
+            for i in range(1, len(reply), 2)
+        ]
+
+    def complete_command(
+        self, command_id: str, *, now: datetime, outcome: str | None = None
+    ) -> None:
+        check.check_complete(command_id, now, outcome)
+        args = [command_id, encode_dt(now), "0" if outcome is None else "1", outcome or ""]
+        self._command_script("complete_command", command_id, args)
+
+    def release_command(self, command_id: str, *, now: datetime) -> None:
+        check.check_release(command_id, now)
+        self._command_script("release_command", command_id, [command_id])
+
+    # -- operations ------------------------------------------------------------------------
+
+    def prune(self, *, keep_terminal: int) -> int:
+        keep = check.check_keep_terminal(keep_terminal)
+        dropped = 0
+        while True:
+            reply = self._run("prune", [self.keys.term, self.keys.root], [keep, PRUNE_BATCH])
+            batch, still_to_drop = int(reply[1]), int(reply[2])
+            dropped += batch
+            if still_to_drop <= 0 or batch == 0:
+                return dropped
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            self._client.close()
+
+    # -- script calls and replies ----------------------------------------------------------
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """One script call; maps reply codes shared by every script to exceptions."""
+        self._check_open()
+        script = self._scripts[name]
+        with self._errors():
+            if name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
+                reply = self._evalsha_ro(script, keys, args)
+            else:
+                reply = script(keys=list(keys), args=list(args))
+        code = _text(reply[0])
+        reply[0] = code
+        if code == "CORRUPT":
+            key, field, detail = (_text(x) for x in reply[1:4])
+            raise CorruptRecord(key, field or None, detail)
+        if code == "BADARG":
+            raise StoreError(f"script {name!r} refused its arguments: {_text(reply[1])}")
+        return reply  # type: ignore[no-any-return]
+
+    def _evalsha_ro(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            script.sha = self._client.script_load(script.script)
+            return self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
+
+    def _command_script(self, name: str, command_id: str, args: list[Any]) -> None:
+        k = self.keys
+        keys = [k.command(command_id), k.command_queue, k.command_leases]
+        if self._run(name, keys, args)[0] == "NOTFOUND":
+            raise CommandNotFound(command_id)
+
+    def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T:
+        self._check_open()
+        with self._errors(key):
+            return call(self._client)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed()
+
+    @contextmanager
+    def _errors(self, key: str | None = None) -> Iterator[None]:
+        """Turn redis-py's exceptions into the store's, naming the cause."""
+        try:
+            yield
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis is unreachable: {exc}") from exc
+        except redis.exceptions.ResponseError as exc:
+            message = str(exc)
+            if message.startswith("WRONGTYPE") and key is not None:
+                raise CorruptRecord(key, None, message) from exc
+            if message.startswith("OOM"):
+                raise StoreError(f"Redis refused the write, out of memory: {message}") from exc
+            raise StoreError(f"Redis error: {message}") from exc
+        except redis.exceptions.RedisError as exc:
+            raise StoreError(f"Redis error: {exc}") from exc
+
+    # -- encoding --------------------------------------------------------------------------
+
+    def _task_args(self, row: Row, expect: int | str) -> list[Any]:
+        columns = {c: v for c, v in row.items() if c != "task_id" and c not in LEASE_COLUMNS}
+        writes, deletes = _hash_changes(columns, TASK_FIELDS)
+        return [row["task_id"], _token(), expect, len(deletes), *deletes, *writes]
+
+    def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
+        key = self.keys.task(task_id)
+        row: dict[str, Primitive] = {"task_id": task_id}
+        for field, value in fields.items():
+            column = TASK_COLUMNS_BY_FIELD.get(_text(field, key))
+            if column is not None:
+                row[column] = value
+        try:
+            return row_to_snapshot(row)
+        except RowError as exc:
+            raise CorruptRecord(key, _field_of(exc.column, TASK_FIELDS), exc.detail) from None
+
+    def _decode_command(self, command_id: str, fields: dict[bytes, bytes]) -> Command:
+        key = self.keys.command(command_id)
+        row: dict[str, Primitive] = {}
+        for field, value in fields.items():
+            column = COMMAND_COLUMNS_BY_FIELD.get(_text(field, key))
+            if column is not None:
+                row[column] = value
+        try:
+            return row_to_command(row)
+        except RowError as exc:
+            raise CorruptRecord(key, _field_of(exc.column, COMMAND_FIELDS), exc.detail) from None
+
+    def _decode_entry(self, task_id: str, key: str, member: bytes) -> Transition:
+        try:
+            values = msgpack.unpackb(member, raw=False)
+            if not isinstance(values, list) or len(values) != len(_ENTRY_COLUMNS):
+                raise RowError(None, "history entry is not a list of the expected length")
+            return row_to_transition({"task_id": task_id, **dict(zip(_ENTRY_COLUMNS, values))})
+        except RowError as exc:
+            raise CorruptRecord(key, exc.column, exc.detail) from None
+        except Exception as exc:  # msgpack raises several unrelated types on garbage
+            raise CorruptRecord(key, None, f"history entry does not decode: {exc}") from None
+
+
+_ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
+
+
+def _choose_source(q: TaskQuery) -> tuple[str, str]:
+    """The index to walk: the most selective one the query names."""
+    if q.pipeline_run_id is not None:
+        return "p", q.pipeline_run_id
+    if q.tag is not None:
+        return "tag", q.tag
+    if q.name is not None:
+        return "n", q.name
+    if q.statuses is None and q.buckets is None and q.name_prefix is not None:
+        return "prefix", q.name_prefix
+    return "sb", ""
+
+
+def _hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[str]]:
+    """Field/value pairs to write and field names to delete (columns that are ``None``)."""
+    writes: list[Any] = []
+    deletes: list[str] = []
+    for column, value in columns.items():
+        field = fields[column]
+        if value is None:
+            deletes.append(field)
+        else:
+            writes += [field, repr(value) if type(value) is float else value]
+    return writes, deletes
+
+
+def _field_of(column: str | None, fields: dict[str, str]) -> str | None:
+    return None if column is None else fields.get(column, column)
+
+
+def _token() -> str:
+    return secrets.token_urlsafe(9)
+
+
+def _text(value: Any, key: str | None = None) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptRecord(key or "?", None, "a field name is not UTF-8") from None
+    return str(value)
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2]))
+
+
+def _supports_script_flags(client: redis.Redis) -> bool:
+    """Redis >= 7 understands ``#!lua`` shebangs and ``EVALSHA_RO``; older servers and
+    fakeredis do not."""
+    try:
+        hello = client.execute_command("HELLO")
+    except redis.exceptions.ResponseError:
+        return False
+    info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
+    server = _text(info.get(b"server", b""))
+    version = _text(info.get(b"version", b"0"))
+    if server != "redis":
+        return False
+    return int(version.split(".")[0]) >= 7
+
+
+def check_server_settings(client: redis.Redis) -> list[str]:
+    """Warn (log) when the server can lose or evict acknowledged data; return the warnings.
+
+    Reads only INFO; where the ACL forbids it the check is skipped with a log line.
+    """
+    try:
+        memory = client.info("memory")
+        persistence = client.info("persistence")
+    except redis.exceptions.NoPermissionError:
+        log.info("server settings not checked: this user may not run INFO")
+        return []
+    except redis.exceptions.ResponseError as exc:
+        log.info("server settings not checked: %s", exc)
+        return []
+    problems = []
+    policy = memory.get("maxmemory_policy")
+    if policy is not None and policy != "noeviction":
+        problems.append(
+            f"maxmemory-policy is {policy!r}: Redis may evict task keys under memory pressure; "
+            "set it to 'noeviction'"
+        )
+    if persistence.get("aof_enabled") == 0:
+        problems.append(
+            "appendonly is off: acknowledged writes can be lost when Redis restarts; "
+            "use appendonly yes with appendfsync always for crash durability"
+        )
+    for problem in problems:
+        log.warning("chongming-redis: %s", problem)
+    return problems

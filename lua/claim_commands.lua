@@ -1,0 +1,89 @@
+#!lua
+--[[ claim_commands: atomically pick the oldest claimable commands and lease them.
+
+Claimable: unfinished, and no lease or an expired one (lease_until <= now).
+
+KEYS[1]  {ns}:cq        unleased unfinished commands, score = created_at
+KEYS[2]  {ns}:cl        leased unfinished commands, score = lease_until
+KEYS[3]  {ns}:cr:<tok>  memo of the ids this call leased (a list with a TTL)
+KEYS[4]  {ns}:          the namespace root; command keys {ns}:c:<cid> are derived from it
+ARGV[1]  now (us)
+ARGV[2]  lease_until = now + lease (us)
+ARGV[3]  limit (1..1000)
+ARGV[4]  memo TTL in milliseconds (the lease length: after it, the memo is of no use)
+
+Replies
+  {'OK', cid1, fields1, cid2, fields2, ...}   fields = the command hash as HGETALL gives it
+  {'CORRUPT', key, field, detail}   a candidate command does not decode; nothing written
+  {'BADARG', detail}
+
+Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the same
+commands are returned and nothing new is leased (RELIABILITY fact 2).
+Invariants: a command is in exactly one of cq / cl while unfinished; two claims never both
+hold a valid lease on one command. Bound: at most 1000 expired leases are moved back per call,
+at most `limit` commands leased.
+]]
+--- @include "lib/common"
+
+local queue, leases, memo, root = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now, lease_until, limit, memo_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+for _, v in ipairs({ now, lease_until, limit, memo_ttl }) do
+  if not is_uint(v) then return badarg('numeric argument malformed') end
+end
+limit = tonumber(limit)
+if limit < 1 or limit > 1000 then return badarg('limit out of range') end
+
+local function reply_for(ids)
+  local reply = { 'OK' }
+  for i = 1, #ids do
+    reply[#reply + 1] = ids[i]
+    reply[#reply + 1] = rcall('HGETALL', root .. 'c:' .. ids[i])
+  end
+  return reply
+end
+
+if rcall('EXISTS', memo) == 1 then return reply_for(rcall('LRANGE', memo, 0, -1)) end
+
+-- Candidates: the oldest unleased commands, plus commands whose lease has expired.
+local candidates = {}
+local queued = rcall('ZRANGE', queue, 0, limit - 1, 'WITHSCORES')
+for i = 1, #queued, 2 do
+  candidates[#candidates + 1] = { id = queued[i], created = queued[i + 1], expired = false }
+end
+local expired = rcall('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)
+for i = 1, #expired do
+  local key = root .. 'c:' .. expired[i]
+  if key_type(key) ~= 'hash' then return corrupt(key, '', 'leased command is not a hash') end
+  local created = rcall('HGET', key, 'c')
+  if not is_uint(created) then return corrupt(key, 'c', 'created_at malformed') end
+  candidates[#candidates + 1] = { id = expired[i], created = created, expired = true }
+end
+table.sort(candidates, function(a, b)
+  local x, y = tonumber(a.created), tonumber(b.created)
+  if x ~= y then return x < y end
+  return bytes_less(a.id, b.id)
+end)
+for i = 1, math.min(limit, #candidates) do
+  local key = root .. 'c:' .. candidates[i].id
+  if key_type(key) ~= 'hash' then return corrupt(key, '', 'queued command is not a hash') end
+end
+
+-- All checks passed; from here on only writes.
+local claimed = {}
+for i = 1, #candidates do
+  local c = candidates[i]
+  if i <= limit then
+    rcall('HSET', root .. 'c:' .. c.id, 'lu', lease_until)
+    rcall('ZREM', queue, c.id)
+    rcall('ZADD', leases, lease_until, c.id)
+    claimed[#claimed + 1] = c.id
+  elseif c.expired then -- expired but not taken now: back to the queue, claimable by age
+    rcall('ZREM', leases, c.id)
+    rcall('ZADD', queue, c.created, c.id)
+  end
+end
+if #claimed > 0 then
+  rcall('RPUSH', memo, unpack(claimed))
+  rcall('PEXPIRE', memo, memo_ttl)
+end
+return reply_for(claimed)

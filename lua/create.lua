@@ -1,0 +1,36 @@
+#!lua
+--[[ create: write a new task, with its indexes and counters, unless the id exists.
+
+KEYS[1]  {ns}:t:<id>   the task hash
+KEYS[2]  {ns}:         the namespace root; index keys are derived from it (lib/indexes)
+ARGV     lib/task_args layout; ARGV[3] (expected version) is ''
+
+Replies
+  {'OK'}             created
+  {'OK', 'APPLIED'}  the key holds this very call's token: a retried create that already ran
+  {'EXISTS'}         another task has the id; nothing written
+  {'CORRUPT', key, field, detail}  the key exists but is not a task hash; nothing written
+  {'BADARG', detail}
+
+Invariants: never overwrites; every index entry is written with the hash, or nothing is.
+Bound: O(number of tags) commands.
+]]
+--- @include "lib/common"
+--- @include "lib/indexes"
+--- @include "lib/task_args"
+
+local task_key, root = KEYS[1], KEYS[2]
+local args, err = read_task_args()
+if not args then return err end
+if task_key ~= root .. 't:' .. args.id then return badarg('KEYS[1] is not the key of ARGV[1]') end
+
+local kind = key_type(task_key)
+if kind ~= 'none' then
+  if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
+  if rcall('HGET', task_key, 'w') == args.token then return { 'OK', 'APPLIED' } end
+  return { 'EXISTS' }
+end
+
+rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
+index_add(root, args.id, args.view)
+return { 'OK' }

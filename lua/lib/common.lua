@@ -1,0 +1,63 @@
+-- lib/common: helpers every script shares (included once by the loader).
+--
+-- Reply convention: every script returns a table whose first element is a code:
+--   {'OK'} | {'OK', detail} | {'EXISTS'} | {'CONFLICT', actual_version_or_''} |
+--   {'NOTFOUND'} | {'CORRUPT', key, field, detail} | {'BADARG', detail}
+-- Python maps codes to exceptions in one table (stores/_scripts.py).
+-- Numbers arrive as canonical decimal strings and are checked with is_uint before use:
+-- tonumber() would also accept '0x10', '1e3' and ' 5'.
+
+local rcall = redis.call
+
+local STATUSES = {
+  pending = true, running = true, paused = true,
+  succeeded = true, failed = true, stopped = true, lost = true,
+}
+local TERMINAL = { succeeded = true, failed = true, stopped = true, lost = true }
+local MAX_UINT = 9007199254740991 -- 2^53 - 1: exact as a Lua double and a zset score
+
+local function is_uint(s)
+  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.match(s, '^%d+$') then
+    return false
+  end
+  if #s > 1 and string.sub(s, 1, 1) == '0' then return false end
+  return tonumber(s) <= MAX_UINT
+end
+
+local function corrupt(key, field, detail) return { 'CORRUPT', key, field, detail } end
+local function badarg(detail) return { 'BADARG', detail } end
+
+local function key_type(key) return rcall('TYPE', key)['ok'] end
+
+-- Byte-wise string order (memcmp), the order Redis uses for equal scores. Lua's own '<' uses
+-- strcoll, which depends on the server's locale.
+local function bytes_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- Read a counted list from ARGV: ARGV[pos] is the count, the items follow.
+-- Returns the list and the position after it, or nil when the count is not a number.
+local function read_list(pos)
+  local n = ARGV[pos]
+  if not is_uint(n) then return nil, pos end
+  local items = {}
+  for i = 1, tonumber(n) do items[i] = ARGV[pos + i] end
+  return items, pos + tonumber(n) + 1
+end
+
+-- Field/value pairs from ARGV[pos] to the end, as a flat list and as a lookup table.
+local function read_pairs(pos)
+  local flat, map = {}, {}
+  if (#ARGV - pos + 1) % 2 ~= 0 then return nil, nil end
+  for i = pos, #ARGV, 2 do
+    flat[#flat + 1] = ARGV[i]
+    flat[#flat + 1] = ARGV[i + 1]
+    map[ARGV[i]] = ARGV[i + 1]
+  end
+  return flat, map
+end

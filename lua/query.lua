@@ -1,0 +1,184 @@
+#!lua flags=no-writes
+--[[ query: one page of tasks matching a TaskQuery, in created_at order, read-only.
+
+The caller picks the source indexes (the most selective the query names); this script merges
+them in (created_at, task_id) order from a cursor, checks every other filter against the task
+hash, and returns up to `want` matches. The caller loops on the cursor while the page is full
+and the sources are not exhausted, so no single call does unbounded work.
+
+KEYS[1]  {ns}:         the namespace root; index and task keys are derived from it
+ARGV[1]  'asc' | 'desc'
+ARGV[2]  want: matches to return at most (1..1000)
+ARGV[3]  budget: index entries to examine at most (>= want)
+ARGV[4]  cursor score ('' to start) -- the last examined entry of the previous page
+ARGV[5]  cursor member
+ARGV[6]  source kind: 'sb' | 'tag' | 'n' | 'p' | 'prefix'
+ARGV[7]  source argument: the tag / name / pipeline id / name prefix ('' for 'sb')
+ARGV[8]  statuses filter, space-separated ('' = any)
+ARGV[9]  buckets filter, space-separated ('' = any)
+ARGV[10] name filter ('' = any)
+ARGV[11] name_prefix filter ('' = any)
+ARGV[12] tag filter ('' = any)
+ARGV[13] pipeline filter ('' = any)
+
+Replies
+  {'OK', exhausted (0|1), cursor_score, cursor_member, id1, fields1, id2, fields2, ...}
+  {'CORRUPT', key, field, detail} | {'BADARG', detail}
+
+Sources: 'sb' merges {ns}:sb:<status>:<bucket> for the filtered statuses (all seven if none)
+and the filtered buckets (if none: the buckets the {ns}:counts hash lists for each status);
+'prefix' merges {ns}:n:<name> for every name in {ns}:names starting with the prefix.
+Bound: at most `budget` entries examined, and at most ~4000 index entries fetched, per call.
+]]
+--- @include "lib/common"
+--- @include "lib/indexes"
+
+local root = KEYS[1]
+local direction, want, budget = ARGV[1], ARGV[2], ARGV[3]
+local cursor_score, cursor_member = ARGV[4], ARGV[5]
+local source_kind, source_arg = ARGV[6], ARGV[7]
+if direction ~= 'asc' and direction ~= 'desc' then return badarg('direction') end
+if not is_uint(want) or not is_uint(budget) then return badarg('want/budget malformed') end
+want, budget = tonumber(want), tonumber(budget)
+if want < 1 or want > 1000 or budget < want then return badarg('want/budget out of range') end
+if cursor_score ~= '' and not is_uint(cursor_score) then return badarg('cursor malformed') end
+
+local function split(text)
+  local items = {}
+  for item in string.gmatch(text, '%S+') do items[#items + 1] = item end
+  return items
+end
+local function set_of(items)
+  if #items == 0 then return nil end
+  local set = {}
+  for i = 1, #items do set[items[i]] = true end
+  return set
+end
+local status_list, bucket_list = split(ARGV[8]), split(ARGV[9])
+local want_status, want_bucket = set_of(status_list), set_of(bucket_list)
+local want_name, want_prefix, want_tag, want_pipeline = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+
+-- Source keys.
+local sources = {}
+if source_kind == 'sb' then
+  local statuses = status_list
+  if #statuses == 0 then
+    statuses = { 'pending', 'running', 'paused', 'succeeded', 'failed', 'stopped', 'lost' }
+  end
+  local buckets_by_status = {}
+  if #bucket_list == 0 then
+    local fields = rcall('HKEYS', root .. 'counts')
+    for i = 1, #fields do
+      local s, b = string.match(fields[i], '^(%l+):(%d+)$')
+      if s then
+        buckets_by_status[s] = buckets_by_status[s] or {}
+        table.insert(buckets_by_status[s], b)
+      end
+    end
+  end
+  for _, s in ipairs(statuses) do
+    if not STATUSES[s] then return badarg('unknown status ' .. s) end
+    for _, b in ipairs(#bucket_list > 0 and bucket_list or (buckets_by_status[s] or {})) do
+      sources[#sources + 1] = root .. 'sb:' .. s .. ':' .. b
+    end
+  end
+elseif source_kind == 'tag' or source_kind == 'n' or source_kind == 'p' then
+  sources[1] = root .. source_kind .. ':' .. source_arg
+elseif source_kind == 'prefix' then
+  -- UTF-8 never contains the byte 0xFF, so '(' .. prefix .. '\255' bounds every extension.
+  local names = rcall('ZRANGEBYLEX', root .. 'names', '[' .. source_arg, '(' .. source_arg .. '\255')
+  for i = 1, #names do sources[i] = root .. 'n:' .. names[i] end
+else
+  return badarg('unknown source kind')
+end
+
+-- Is (score, member) after the cursor in the walking direction?
+local desc = direction == 'desc'
+local function after_cursor(score, member)
+  if cursor_score == '' then return true end
+  local cs = tonumber(cursor_score)
+  if score ~= cs then
+    if desc then return score < cs end
+    return score > cs
+  end
+  if desc then return bytes_less(member, cursor_member) end
+  return bytes_less(cursor_member, member)
+end
+
+-- Each source gives up to `take` entries after the cursor; then the first `take` entries of
+-- the merge are the first `take` of the union. `take` shrinks with many sources (FETCH_CAP).
+local FETCH_CAP = 4000
+local take = math.max(1, math.min(budget, math.floor(FETCH_CAP / math.max(1, #sources))))
+
+local function fetch(key)
+  local lo, hi = '-inf', '+inf'
+  if cursor_score ~= '' then
+    if desc then hi = cursor_score else lo = cursor_score end
+  end
+  local skip = 0
+  if cursor_score ~= '' then -- entries sharing the cursor's score that were already examined
+    local ties = rcall('ZRANGEBYSCORE', key, cursor_score, cursor_score)
+    for i = 1, #ties do
+      if not after_cursor(tonumber(cursor_score), ties[i]) then skip = skip + 1 end
+    end
+  end
+  local raw
+  if desc then
+    raw = rcall('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', skip, take)
+  else
+    raw = rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', skip, take)
+  end
+  local entries = {}
+  for i = 1, #raw, 2 do entries[#entries + 1] = { member = raw[i], score = tonumber(raw[i + 1]) } end
+  return entries
+end
+
+local merged, fetched_all = {}, true
+for _, key in ipairs(sources) do
+  local kind = key_type(key)
+  if kind ~= 'none' and kind ~= 'zset' then return corrupt(key, '', 'index is not a sorted set') end
+  local entries = fetch(key)
+  if #entries >= take then fetched_all = false end
+  for i = 1, #entries do merged[#merged + 1] = entries[i] end
+end
+table.sort(merged, function(a, b)
+  if a.score ~= b.score then
+    if desc then return a.score > b.score end
+    return a.score < b.score
+  end
+  if desc then return bytes_less(b.member, a.member) end
+  return bytes_less(a.member, b.member)
+end)
+
+-- Walk the merged order; only the first `take` entries are known to be in global order.
+local reply = { 'OK', 0, cursor_score, cursor_member }
+local found, examined = 0, 0
+local limit = math.min(#merged, take)
+for i = 1, limit do
+  local entry = merged[i]
+  local id = entry.member
+  local key = root .. 't:' .. id
+  examined = i
+  reply[3], reply[4] = string.format('%d', entry.score), id
+  local kind = key_type(key)
+  if kind ~= 'hash' then return corrupt(key, '', 'indexed task is missing or not a hash') end
+  local view, bad = read_index_view(key)
+  if not view then return bad end
+  local ok = (not want_status or want_status[view.s]) and (not want_bucket or want_bucket[view.b])
+  if ok and want_name ~= '' then ok = view.n == want_name end
+  if ok and want_prefix ~= '' then ok = string.sub(view.n, 1, #want_prefix) == want_prefix end
+  if ok and want_pipeline ~= '' then ok = view.p == want_pipeline end
+  if ok and want_tag ~= '' then
+    local has = false
+    for t = 1, #view.tags do if view.tags[t] == want_tag then has = true end end
+    ok = has
+  end
+  if ok then
+    reply[#reply + 1] = id
+    reply[#reply + 1] = rcall('HGETALL', key)
+    found = found + 1
+    if found >= want then break end
+  end
+end
+if fetched_all and examined >= #merged then reply[2] = 1 end
+return reply

@@ -1,0 +1,54 @@
+#!lua
+--[[ save: compare-and-set a task on status_version, moving its index entries if needed.
+
+KEYS[1]  {ns}:t:<id>   the task hash
+KEYS[2]  {ns}:         the namespace root; index keys are derived from it (lib/indexes)
+ARGV     lib/task_args layout; ARGV[3] is the expected status_version
+
+Replies
+  {'OK'}                    written
+  {'OK', 'APPLIED'}         the task already holds this call's version and token: a retry of
+                            a save that ran (its reply was lost), not a conflict
+  {'CONFLICT', actual}      stored version differs ('' when the task does not exist);
+                            nothing written
+  {'CORRUPT', key, field, detail}   the stored task does not decode; nothing written
+  {'BADARG', detail}
+
+Invariants: only equality with the expected version is checked (versions may jump); never
+writes or deletes lease_owner/lease_until ('lo'/'lu'); validates everything before the first
+write, because a script is not rolled back on error.
+Bound: O(number of old + new tags) commands.
+]]
+--- @include "lib/common"
+--- @include "lib/indexes"
+--- @include "lib/task_args"
+
+local task_key, root = KEYS[1], KEYS[2]
+local args, err = read_task_args()
+if not args then return err end
+if task_key ~= root .. 't:' .. args.id then return badarg('KEYS[1] is not the key of ARGV[1]') end
+if not is_uint(args.expect) then return badarg('expected version is not a canonical integer') end
+
+local kind = key_type(task_key)
+if kind == 'none' then return { 'CONFLICT', '' } end
+if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
+
+local stored = rcall('HMGET', task_key, 'v', 'w')
+if not is_uint(stored[1]) then
+  return corrupt(task_key, 'v', 'status_version is missing or not a canonical integer')
+end
+if stored[1] ~= args.expect then
+  if stored[1] == args.version and stored[2] == args.token then return { 'OK', 'APPLIED' } end
+  return { 'CONFLICT', stored[1] }
+end
+local old, bad = read_index_view(task_key)
+if not old then return bad end
+
+-- All checks passed; from here on only writes.
+if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
+rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
+if index_view_changed(old, args.view) then
+  index_remove(root, args.id, old)
+  index_add(root, args.id, args.view)
+end
+return { 'OK' }

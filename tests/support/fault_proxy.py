@@ -1,0 +1,625 @@
+"""A loopback TCP proxy in front of a test redis-server that injects network faults on schedule.
+
+RELIABILITY.md, fault plan §0 item 2 (Toxiproxy's toxics as the reference) and F7-F9. The proxy
+runs an asyncio event loop in its own daemon thread and listens on ``127.0.0.1:<free port>``;
+every accepted client connection gets its own upstream connection to Redis (loopback only).
+
+It parses both directions of RESP so it knows which reply belongs to which request:
+
+* client -> Redis: arrays of bulk strings (``*N\\r\\n$len\\r\\n...``) and inline commands,
+  pipelined or split across TCP reads; every complete request is counted by its (upper-cased)
+  first element in :attr:`FaultProxy.commands_seen` and appended to the connection's FIFO of
+  pending requests.
+* Redis -> client: complete RESP2/RESP3 replies (push frames ``>`` do not consume a pending
+  request; attributes ``|`` belong to the reply that follows). Each reply pops one pending
+  request, which is how :meth:`FaultProxy.drop_reply_of` knows when the doomed request's reply
+  has fully arrived. After SUBSCRIBE/MONITOR-style commands (or unparsable data) a connection
+  is forwarded raw and no longer tracked.
+
+Toxics are scheduled and count their firings (:attr:`FaultProxy.fired`), so a test can assert
+that the fault really happened (the Temporal lesson):
+
+* ``drop_reply_of(command, nth)`` - the ambiguity fault of fact 2: the request reaches Redis
+  and runs, its reply is swallowed and both sides of that connection are reset (RST).
+* ``reset_all()`` - RST every open connection now.
+* ``set_latency(seconds)`` - delay Redis -> client data.
+* ``blackhole(on)`` - accept and read, forward nothing (the client times out).
+* ``refuse(on)`` - new connections are reset as soon as they are accepted.
+
+Typical use::
+
+    with FaultProxy("127.0.0.1", redis_proc.port) as proxy:
+        client = redis.Redis(port=proxy.port, retry=None)
+        toxic = proxy.drop_reply_of("EVALSHA", nth=3)
+        ...
+        assert toxic.fired == 1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from types import TracebackType
+
+LOOPBACK = "127.0.0.1"
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+_READ_SIZE = 65536
+_QUEUE_CHUNKS = 256
+_CLOSE = object()  # delivery-queue sentinel: upstream closed, flush then close the client
+_RESET = object()  # delivery-queue sentinel: reset both sides (after earlier data is delivered)
+
+# After these a connection carries unsolicited messages, so replies no longer map to requests.
+_UNTRACKED_AFTER = frozenset({b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE", b"MONITOR"})
+
+# Toxic names used as keys of ``FaultProxy.fired``.
+DROP_REPLY = "drop_reply_of"
+RESET_ALL = "reset_all"
+LATENCY = "latency"
+BLACKHOLE = "blackhole"
+REFUSE = "refuse"
+
+
+class RespError(ValueError):
+    """The byte stream is not RESP this proxy understands."""
+
+
+def parse_request(buf: bytes | bytearray, pos: int = 0) -> tuple[int, bytes | None] | None:
+    """Parse one client request starting at ``pos``.
+
+    Returns ``(end, name)`` where ``name`` is the upper-cased command name, or ``None`` as the
+    name for input Redis treats as "no command, no reply" (``*0``, an empty inline line).
+    Returns ``None`` when the request is not complete yet. Raises :class:`RespError` on input
+    Redis would reject with a protocol error.
+    """
+    size = len(buf)
+    if pos >= size:
+        return None
+    if buf[pos] != ord("*"):
+        # Inline command: one line, '\n' terminated ('\r' optional), whitespace separated.
+        nl = buf.find(b"\n", pos)
+        if nl < 0:
+            return None
+        words = bytes(buf[pos:nl]).split()
+        return nl + 1, (words[0].upper() if words else None)
+    nl = buf.find(b"\r\n", pos)
+    if nl < 0:
+        return None
+    try:
+        count = int(buf[pos + 1 : nl])
+    except ValueError as exc:
+        raise RespError(f"bad multibulk length {bytes(buf[pos:nl])!r}") from exc
+    pos = nl + 2
+    name: bytes | None = None
+    for index in range(max(count, 0)):
+        if pos >= size:
+            return None
+        if buf[pos] != ord("$"):
+            raise RespError(f"expected '$' in request, got {bytes(buf[pos : pos + 1])!r}")
+        nl = buf.find(b"\r\n", pos)
+        if nl < 0:
+            return None
+        try:
+            length = int(buf[pos + 1 : nl])
+        except ValueError as exc:
+            raise RespError(f"bad bulk length {bytes(buf[pos:nl])!r}") from exc
+        if length < 0:
+            raise RespError("negative bulk length in request")
+        start = nl + 2
+        end = start + length + 2
+        if end > size:
+            return None
+        if index == 0:
+            name = bytes(buf[start : start + length]).upper()
+        pos = end
+    return pos, name
+
+
+_SIMPLE = frozenset(b"+-:_,#(")
+_BLOB = frozenset(b"$!=")
+_AGGREGATE = frozenset(b"*~>")
+_MAP = frozenset(b"%|")
+
+
+def reply_end(buf: bytes | bytearray, pos: int = 0) -> int | None:
+    """End offset of the complete RESP2/RESP3 reply starting at ``pos``, or ``None`` if partial.
+
+    Iterative (counts the values still owed), so deep or wide replies cost no recursion.
+    An attribute (``|``) is followed by the value it annotates, which belongs to the same reply.
+    """
+    size = len(buf)
+    owed = 1
+    while owed:
+        if pos >= size:
+            return None
+        kind = buf[pos]
+        nl = buf.find(b"\r\n", pos)
+        if nl < 0:
+            return None
+        header = buf[pos + 1 : nl]
+        pos = nl + 2
+        owed -= 1
+        if kind in _SIMPLE:
+            continue
+        try:
+            count = int(header)
+        except ValueError as exc:
+            raise RespError(f"bad length {bytes(header)!r} for type {chr(kind)!r}") from exc
+        if kind in _BLOB:
+            if count >= 0:
+                pos += count + 2
+                if pos > size:
+                    return None
+        elif kind in _AGGREGATE:
+            owed += max(count, 0)
+        elif kind in _MAP:
+            owed += 2 * max(count, 0) + (1 if kind == ord("|") else 0)
+        else:
+            raise RespError(f"unknown RESP type byte {chr(kind)!r}")
+    return pos
+
+
+@dataclass
+class DropReply:
+    """An armed ``drop_reply_of`` toxic. ``seen`` counts matching requests since arming."""
+
+    command: bytes
+    nth: int
+    seen: int = 0
+    fired: int = 0
+    fired_event: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def armed(self) -> bool:
+        return self.seen < self.nth
+
+    def wait_fired(self, timeout: float = 5.0) -> bool:
+        return self.fired_event.wait(timeout)
+
+
+def _rst(writer: asyncio.StreamWriter | None) -> None:
+    """Close a connection with SO_LINGER 0, so the peer gets a TCP RST instead of a FIN."""
+    if writer is None:
+        return
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+class _Conn:
+    """One client connection and its upstream connection."""
+
+    def __init__(
+        self, proxy: FaultProxy, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter
+    ) -> None:
+        self.proxy = proxy
+        self.creader = creader
+        self.cwriter = cwriter
+        self.ureader: asyncio.StreamReader | None = None
+        self.uwriter: asyncio.StreamWriter | None = None
+        self.pending: deque[DropReply | None] = deque()
+        self.tracked = True
+        self.blackholed = False  # swallowed data once: never forwards again
+        self.closed = False
+        self.queue: asyncio.Queue[tuple[float, object]] = asyncio.Queue(_QUEUE_CHUNKS)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        proxy = self.proxy
+        if proxy._refusing:
+            proxy._fire(REFUSE)
+            self.reset()
+            return
+        try:
+            self.ureader, self.uwriter = await asyncio.wait_for(
+                asyncio.open_connection(LOOPBACK, proxy.upstream_port), proxy.connect_timeout
+            )
+        except (OSError, asyncio.TimeoutError):
+            with proxy._lock:
+                proxy._upstream_failures += 1
+            self.reset()
+            return
+        if self.closed:  # reset_all/close while connecting
+            _rst(self.uwriter)
+            return
+        self.tasks = [
+            asyncio.create_task(self._guard(self._client_to_upstream())),
+            asyncio.create_task(self._guard(self._upstream_to_client())),
+            asyncio.create_task(self._guard(self._deliver())),
+        ]
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.reset()
+
+    async def _guard(self, body: object) -> None:
+        try:
+            await body  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.reset()
+
+    def reset(self) -> None:
+        """RST both sides and stop every pump of this connection (idempotent; a connection
+        that already closed gracefully is not reset)."""
+        if not self.closed:
+            self.closed = True
+            _rst(self.cwriter)
+            _rst(self.uwriter)
+        current = asyncio.current_task()
+        for task in self.tasks:
+            if task is not current and not task.done():
+                task.cancel()
+
+    def _swallow(self) -> bool:
+        """True when data must be discarded (blackhole on now, or this connection was hit)."""
+        if self.blackholed:
+            return True
+        if self.proxy._blackholing:
+            self.blackholed = True
+            self.proxy._fire(BLACKHOLE)
+            return True
+        return False
+
+    async def _client_to_upstream(self) -> None:
+        assert self.uwriter is not None
+        buf = bytearray()
+        while True:
+            data = await self.creader.read(_READ_SIZE)
+            if not data:
+                if not self.uwriter.is_closing() and self.uwriter.can_write_eof():
+                    self.uwriter.write_eof()
+                return
+            if self._swallow():
+                continue
+            if self.tracked:
+                buf += data
+                # Parse before forwarding so a request is pending before its reply can exist.
+                self._parse_requests(buf)
+            self.uwriter.write(data)
+            await self.uwriter.drain()
+
+    def _parse_requests(self, buf: bytearray) -> None:
+        pos = 0
+        names: list[bytes] = []
+        try:
+            while True:
+                parsed = parse_request(buf, pos)
+                if parsed is None:
+                    break
+                pos, name = parsed
+                if name is not None:
+                    names.append(name)
+            broken = False
+        except RespError:
+            broken = True
+        del buf[:pos]
+        for name in names:
+            self.pending.append(self.proxy._on_request(name) if self.tracked else None)
+            if name in _UNTRACKED_AFTER:
+                self.tracked = False
+        if broken or not self.tracked:
+            self.tracked = False
+            self.pending.clear()
+            buf.clear()
+
+    async def _upstream_to_client(self) -> None:
+        assert self.ureader is not None
+        loop = asyncio.get_running_loop()
+        buf = bytearray()
+        while True:
+            data = await self.ureader.read(_READ_SIZE)
+            if not data:
+                if buf and not self.blackholed:
+                    await self.queue.put((loop.time() + self.proxy._latency, bytes(buf)))
+                await self.queue.put((loop.time() + self.proxy._latency, _CLOSE))
+                return
+            if self._swallow():
+                continue
+            if not self.tracked:
+                await self._enqueue(loop, data)
+                continue
+            buf += data
+            pos = 0
+            doomed: DropReply | None = None
+            try:
+                while True:
+                    if pos < len(buf) and buf[pos] == ord(">"):  # RESP3 push: no request
+                        end = reply_end(buf, pos)
+                        if end is None:
+                            break
+                        pos = end
+                        continue
+                    end = reply_end(buf, pos)
+                    if end is None:
+                        break
+                    owner = self.pending.popleft() if self.pending else None
+                    if owner is not None:
+                        doomed = owner
+                        break
+                    pos = end
+            except RespError:
+                self.tracked = False
+                pos = len(buf)
+            if pos:
+                await self._enqueue(loop, bytes(buf[:pos]))
+            del buf[:pos]
+            if doomed is not None:
+                # The doomed request ran and its whole reply is here: swallow it and reset.
+                self.proxy._fire(DROP_REPLY, doomed)
+                await self.queue.put((loop.time() + self.proxy._latency, _RESET))
+                return
+
+    async def _enqueue(self, loop: asyncio.AbstractEventLoop, data: bytes) -> None:
+        latency = self.proxy._latency
+        if latency > 0:
+            self.proxy._fire(LATENCY)
+        await self.queue.put((loop.time() + latency, data))
+
+    async def _deliver(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due, item = await self.queue.get()
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if item is _RESET:
+                self.reset()
+                return
+            if item is _CLOSE:
+                self.closed = True
+                self.cwriter.close()
+                if self.uwriter is not None:
+                    self.uwriter.close()
+                for task in self.tasks:
+                    if task is not asyncio.current_task() and not task.done():
+                        task.cancel()
+                return
+            self.cwriter.write(item)  # type: ignore[arg-type]
+            await self.cwriter.drain()
+
+
+class FaultProxy:
+    """Loopback TCP proxy with scheduled, counted faults. See the module docstring.
+
+    Thread-safe: toxics are armed from the test thread, traffic runs on the proxy's own loop.
+    """
+
+    def __init__(
+        self,
+        upstream_host: str = LOOPBACK,
+        upstream_port: int = 6379,
+        *,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        if upstream_host not in _LOOPBACK_NAMES:
+            raise ValueError(f"FaultProxy only proxies to loopback, not {upstream_host!r}")
+        self.upstream_port = int(upstream_port)
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._commands_seen: Counter[str] = Counter()
+        self._fired: Counter[str] = Counter()
+        self._drops: list[DropReply] = []
+        self._latency = 0.0
+        self._blackholing = False
+        self._refusing = False
+        self._accepted = 0
+        self._upstream_failures = 0
+        self._conns: set[_Conn] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run_loop, name=f"FaultProxy->{self.upstream_port}", daemon=True
+        )
+        self._thread.start()
+        try:
+            self.port: int = self._call(self._start(), timeout=5.0)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop listening, reset every connection, stop the loop and join its thread."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._call(self._shutdown(), timeout=timeout)
+        self._stop_loop(timeout)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    def _stop_loop(self, timeout: float = 5.0) -> None:
+        if not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+
+    def _call(self, coro: object, timeout: float) -> object:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout)
+        except BaseException:
+            future.cancel()
+            raise
+
+    async def _start(self) -> int:
+        self._server = await asyncio.start_server(self._handle, LOOPBACK, 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._conns):
+            conn.reset()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=2.0)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        conn = _Conn(self, creader, cwriter)
+        self._handlers.add(task)
+        self._conns.add(conn)
+        with self._lock:
+            self._accepted += 1
+        try:
+            await conn.run()
+        finally:
+            conn.reset()
+            self._conns.discard(conn)
+            self._handlers.discard(task)
+
+    # ----------------------------------------------------------------- bookkeeping
+
+    def _on_request(self, name: bytes) -> DropReply | None:
+        """Count one complete request; return the drop toxic it triggers, if any."""
+        text = name.decode("ascii", "replace")
+        doomed: DropReply | None = None
+        with self._lock:
+            self._commands_seen[text] += 1
+            for toxic in self._drops:
+                if toxic.command == name and toxic.armed:
+                    toxic.seen += 1
+                    if toxic.seen == toxic.nth and doomed is None:
+                        doomed = toxic
+            self._drops = [t for t in self._drops if t.armed]
+        return doomed
+
+    def _fire(self, name: str, toxic: DropReply | None = None) -> None:
+        with self._lock:
+            self._fired[name] += 1
+            if toxic is not None:
+                toxic.fired += 1
+        if toxic is not None:
+            toxic.fired_event.set()
+
+    @property
+    def commands_seen(self) -> Counter[str]:
+        """Complete requests forwarded to Redis, by upper-cased command name (a copy)."""
+        with self._lock:
+            return Counter(self._commands_seen)
+
+    @property
+    def fired(self) -> dict[str, int]:
+        """Firings per toxic name (``drop_reply_of``, ``reset_all``, ``latency`` = delayed
+        chunks, ``blackhole`` = connections swallowed, ``refuse`` = connections refused)."""
+        with self._lock:
+            return dict(self._fired)
+
+    @property
+    def accepted(self) -> int:
+        """Client connections accepted so far."""
+        with self._lock:
+            return self._accepted
+
+    @property
+    def open_connections(self) -> int:
+        return self._call(self._count_conns(), timeout=5.0)  # type: ignore[return-value]
+
+    async def _count_conns(self) -> int:
+        return len(self._conns)
+
+    def wait_fired(self, name: str, count: int = 1, timeout: float = 5.0) -> bool:
+        """Wait until toxic ``name`` fired at least ``count`` times."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.fired.get(name, 0) >= count:
+                return True
+            time.sleep(0.005)
+        return self.fired.get(name, 0) >= count
+
+    # ----------------------------------------------------------------- toxics
+
+    def drop_reply_of(self, command: str, nth: int = 1) -> DropReply:
+        """Arm: the ``nth`` (1-based, across all connections, from now) ``command`` request is
+        forwarded and runs in Redis, but its reply is swallowed and that connection is reset
+        (RST both sides) once the reply has fully arrived. Fires once."""
+        if nth < 1:
+            raise ValueError("nth is 1-based")
+        toxic = DropReply(command=command.upper().encode(), nth=nth)
+        with self._lock:
+            self._drops.append(toxic)
+        return toxic
+
+    def clear(self) -> None:
+        """Disarm pending drop toxics and switch latency, blackhole and refuse off."""
+        with self._lock:
+            self._drops.clear()
+        self._latency = 0.0
+        self._blackholing = False
+        self._refusing = False
+
+    def reset_all(self) -> int:
+        """RST every open client connection (and its upstream) now; returns how many.
+        Counts one ``reset_all`` firing per call."""
+        count: int = self._call(self._reset_all(), timeout=5.0)  # type: ignore[assignment]
+        self._fire(RESET_ALL)
+        return count
+
+    async def _reset_all(self) -> int:
+        conns = list(self._conns)
+        for conn in conns:
+            conn.reset()
+        # Let the aborted transports actually close their sockets before returning.
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return len(conns)
+
+    def set_latency(self, seconds: float) -> None:
+        """Delay every Redis -> client chunk by ``seconds`` (0 disables)."""
+        if seconds < 0:
+            raise ValueError("latency must be >= 0")
+        self._latency = float(seconds)
+
+    def blackhole(self, on: bool) -> None:
+        """While on, read from both sides but forward nothing. A connection that swallowed
+        data stays dead after the blackhole ends (its RESP stream is no longer in sync)."""
+        self._blackholing = bool(on)
+
+    def refuse(self, on: bool) -> None:
+        """While on, reset new connections as soon as they are accepted."""
+        self._refusing = bool(on)
+
+    def set_upstream(self, port: int) -> None:
+        """Point new connections at another loopback Redis (failover tests)."""
+        self.upstream_port = int(port)

@@ -31,7 +31,7 @@ and the filtered buckets (if none: the buckets the {ns}:counts hash lists for ea
 Bound: at most `budget` entries examined, and at most ~4000 index entries fetched, per call.
 ]]
 --- @include "lib/common"
---- @include "lib/indexes"
+--- @include "lib/task_view"
 
 local root = KEYS[1]
 local direction, want, budget = ARGV[1], ARGV[2], ARGV[3]

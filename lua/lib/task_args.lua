@@ -6,7 +6,8 @@
 --   ARGV[4]          number of fields to delete, then their names
 --   next             field/value pairs to write (short field names of stores/_keys.py)
 --
--- Requires lib/common and lib/indexes.
+--- @include "lib/common"
+--- @include "lib/task_view"
 
 local LEASE_FIELDS = { lo = true, lu = true }
 

@@ -1,0 +1,35 @@
+-- lib/task_view: how a stored task hash is read for indexing and filtering (read-only).
+--
+-- A task's index view `t` is { s = status, b = bucket, c = created_at (us), n = name,
+-- p = pipeline id or nil, g = tags JSON, tags = { tag, ... } }.
+--
+-- Requires lib/common.
+--- @include "lib/common"
+
+local function decode_tags(text)
+  local ok, tags = pcall(cjson.decode, text)
+  if not ok or type(tags) ~= 'table' then return nil end
+  for i = 1, #tags do
+    if type(tags[i]) ~= 'string' or tags[i] == '' then return nil end
+  end
+  return tags
+end
+
+-- The index view of a stored task hash, or (nil, corrupt reply) if it does not decode.
+local function read_index_view(key)
+  local v = rcall('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g')
+  local t = { s = v[1], b = v[2], c = v[3], n = v[4], p = v[5] or nil, g = v[6] }
+  if not t.s or not STATUSES[t.s] then return nil, corrupt(key, 's', 'unknown or missing status') end
+  if not is_uint(t.b) then return nil, corrupt(key, 'b', 'bucket is not a canonical integer') end
+  if not is_uint(t.c) then return nil, corrupt(key, 'c', 'created_at is not a canonical integer') end
+  if not t.n or t.n == '' then return nil, corrupt(key, 'n', 'name is missing') end
+  if t.p == false then t.p = nil end
+  t.tags = decode_tags(t.g or '[]')
+  if not t.tags then return nil, corrupt(key, 'g', 'tags are not a JSON array of strings') end
+  return t, nil
+end
+
+-- True when the two views index the task differently (so the entries must move).
+local function index_view_changed(a, b)
+  return a.s ~= b.s or a.b ~= b.b or a.c ~= b.c or a.n ~= b.n or a.p ~= b.p or a.g ~= b.g
+end

@@ -1,0 +1,73 @@
+"""The contract has teeth: it fails every deliberately broken store and passes the reference.
+
+Each store in ``tests/broken_stores.py`` breaks one promise. The whole ``StoreContract`` is run
+against it programmatically, the way pytest would (``setup_method``, the test, then
+``teardown_method``), and at least one contract test must fail. The same runner reports zero
+failures on ``InMemoryTaskStore``, so a failure means the broken behaviour, not the runner.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from chongming_redis.stores.memory import InMemoryTaskStore
+from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.testing.store_contract import StoreContract
+from tests.broken_stores import BROKEN_STORES
+
+CONTRACT_TESTS = sorted(name for name in dir(StoreContract) if name.startswith("test_"))
+
+
+def run_contract(factory: Callable[[], TaskStore]) -> dict[str, str]:
+    """Run every contract test against stores from ``factory``; ``{test: why}`` per failure."""
+
+    class Bound(StoreContract):
+        def make_store(self) -> TaskStore:
+            return factory()
+
+    failures: dict[str, str] = {}
+    for name in CONTRACT_TESTS:
+        case = Bound()
+        method = getattr(case, name)
+        try:
+            case.setup_method(method)
+            try:
+                method()
+            finally:
+                case.teardown_method(method)
+        except Exception as exc:
+            failures[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+    return failures
+
+
+def test_the_contract_has_enough_tests_to_mean_something() -> None:
+    assert len(CONTRACT_TESTS) >= 70
+
+
+def test_the_runner_reports_no_failure_for_the_reference_store() -> None:
+    assert run_contract(InMemoryTaskStore) == {}
+
+
+def test_there_is_a_broken_store_for_every_pitfall() -> None:
+    assert len(BROKEN_STORES) >= 22
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_STORES))
+def test_the_contract_fails_the_broken_store(name: str) -> None:
+    failures = run_contract(BROKEN_STORES[name])
+    described = (BROKEN_STORES[name].__doc__ or "").strip()
+    assert failures, f"{name} ({described}) passed the whole contract"
+    caught = "\n".join(f"  {test}: {why}" for test, why in sorted(failures.items()))
+    print(f"{name} ({described}) caught by {len(failures)} test(s):\n{caught}")
+
+
+def test_the_contract_module_imports_no_test_framework() -> None:
+    code = (
+        "import sys, chongming_redis.testing.store_contract\n"
+        "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

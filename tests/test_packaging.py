@@ -1,0 +1,126 @@
+"""The wheel carries the Lua scripts, and an installed wheel can load every one of them.
+
+``lua/`` sits at the top of the repository and ``pyproject.toml`` maps it to the package
+``chongming_redis.lua``. An editable install reads the scripts from the checkout, so only a real
+wheel, installed into a clean virtual environment (no system site-packages, run away from the
+checkout), proves that users get them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LUA_PREFIX = "chongming_redis/lua/"
+# What a wheel is built from; copied so the build never writes build/ or *.egg-info into the
+# shared checkout (and concurrent runs cannot trip over each other).
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "chongming_redis", "lua")
+
+_LOAD_EVERY_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from importlib import resources
+    from pathlib import Path
+
+    import chongming_redis
+    from chongming_redis import InMemoryTaskStore, RedisTaskStore
+    from chongming_redis.testing.store_contract import StoreContract
+
+    def walk(node, prefix=""):
+        for child in node.iterdir():
+            if child.is_dir():
+                yield from walk(child, f"{prefix}{child.name}/")
+            elif child.name.endswith(".lua"):
+                yield f"{prefix}{child.name}", child.read_text("utf-8")
+
+    scripts = dict(walk(resources.files("chongming_redis.lua")))
+    print(json.dumps({
+        "package": str(Path(chongming_redis.__file__).resolve()),
+        "prefix": sys.prefix,
+        "scripts": scripts,
+    }))
+    """
+)
+
+
+def repo_lua_files() -> dict[str, bytes]:
+    root = REPO / "lua"
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*.lua")}
+
+
+def run(*args: str | Path, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    done = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{args}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    return done
+
+
+def build_wheel(work: Path) -> Path:
+    source = work / "src"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in SOURCES:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=ignore)
+        elif path.exists():
+            shutil.copy2(path, source / name)
+    dist = work / "dist"
+    run(sys.executable, "-m", "build", "--wheel", "--outdir", dist, source, cwd=work, timeout=120)
+    wheels = list(dist.glob("chongming_redis-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_wheel_ships_every_lua_script_and_a_clean_install_loads_them(
+    tmp_path: Path,
+) -> None:
+    expected = repo_lua_files()
+    assert expected, "no .lua files under lua/"
+
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {
+            name[len(LUA_PREFIX) :]: archive.read(name)
+            for name in archive.namelist()
+            if name.startswith(LUA_PREFIX) and name.endswith(".lua")
+        }
+        names = set(archive.namelist())
+    assert set(shipped) == set(expected)
+    assert shipped == expected
+    assert "chongming_redis/py.typed" in names
+    assert "chongming_redis/testing/store_contract.py" in names
+
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path, timeout=120)
+    python = venv / "bin" / "python"
+    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+    run(python, "-m", "pip", "install", "--quiet", "--no-input", wheel, cwd=tmp_path, timeout=180)
+
+    # Run from an empty directory so the checkout can never be imported by accident.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    report = json.loads(run(python, "-c", _LOAD_EVERY_SCRIPT, cwd=elsewhere, timeout=60).stdout)
+    assert Path(report["package"]).is_relative_to(venv.resolve())
+    assert not Path(report["package"]).is_relative_to(REPO)
+    loaded = {name: text.encode("utf-8") for name, text in report["scripts"].items()}
+    assert loaded == expected

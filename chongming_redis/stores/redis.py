@@ -375,12 +375,16 @@ class RedisTaskStore:
             yield
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise StoreUnavailable(f"Redis is unreachable: {exc}") from exc
+        except redis.exceptions.OutOfMemoryError as exc:
+            # Write scripts carry a '#!lua' shebang, so Redis refuses them whole, before any
+            # write, when it is over maxmemory (no half-applied script).
+            raise StoreError(f"Redis refused the write, out of memory: {exc}") from exc
+        except redis.exceptions.NoPermissionError as exc:
+            raise StoreError(f"Redis refused the command (ACL): {exc}") from exc
         except redis.exceptions.ResponseError as exc:
             message = str(exc)
             if message.startswith("WRONGTYPE") and key is not None:
                 raise CorruptRecord(key, None, message) from exc
-            if message.startswith("OOM"):
-                raise StoreError(f"Redis refused the write, out of memory: {message}") from exc
             raise StoreError(f"Redis error: {message}") from exc
         except redis.exceptions.RedisError as exc:
             raise StoreError(f"Redis error: {exc}") from exc

@@ -65,23 +65,28 @@ class RedisProc:
         ]  # fmt: skip
 
     def start(self, timeout: float = 10.0) -> None:
-        self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        with open(self.dir / "stderr.log", "ab") as stderr:
+            self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                log = (self.dir / "redis.log").read_text() if (self.dir / "redis.log").exists() else ""
-                raise RuntimeError(f"redis-server exited at start: {err}{log[-2000:]}")
+                raise RuntimeError(f"redis-server exited at start: {self._logs()[-2000:]}")
             try:
                 with redis.Redis(port=self.port, socket_timeout=1) as client:
-                    if client.ping():
-                        # Loading the AOF after a restart answers PING with LOADING errors first.
-                        if client.info("persistence").get("loading", 0) == 0:
-                            return
+                    # After a restart the AOF loads first; PING answers LOADING until it is done.
+                    if client.ping() and client.info("persistence").get("loading", 0) == 0:
+                        return
             except redis.RedisError:
                 pass
             time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
+
+    def _logs(self) -> str:
+        return "".join(
+            (self.dir / name).read_text(errors="replace")
+            for name in ("stderr.log", "redis.log")
+            if (self.dir / name).exists()
+        )
 
     def client(self, **options: object) -> redis.Redis:
         return redis.Redis(port=self.port, **options)  # type: ignore[arg-type]
@@ -114,8 +119,6 @@ class RedisProc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
 
     def close(self) -> None:
         self.stop()

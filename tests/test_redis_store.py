@@ -27,8 +27,12 @@ from chongming_redis import (
     Transition,
 )
 from chongming_redis.stores._keys import Keys
-from chongming_redis.stores.redis import PRUNE_BATCH, QUERY_PAGE, RedisTaskStore
-from chongming_redis.stores.redis import check_server_settings
+from chongming_redis.stores.redis import (
+    PRUNE_BATCH,
+    QUERY_PAGE,
+    RedisTaskStore,
+    check_server_settings,
+)
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -262,7 +266,7 @@ def test_a_hung_server_raises_store_unavailable_after_the_socket_timeout(
     store.create(task("t"))
     fresh_redis_proc.sigstop()
     try:
-        with pytest.raises(StoreUnavailable, match="Timeout|timed out|unreachable"):
+        with pytest.raises(StoreUnavailable, match=r"Timeout|timed out|unreachable"):
             store.get("t")
     finally:
         fresh_redis_proc.sigcont()

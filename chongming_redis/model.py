@@ -238,14 +238,14 @@ class TaskQuery:
     def __post_init__(self) -> None:
         if self.statuses is not None:
             _set(self, "statuses", _frozen(self.statuses, "statuses"))
-            for status in self.statuses:  # type: ignore[union-attr]
+            for status in self.statuses:
                 _status(status, "statuses member")
         check_optional_identifier(self.name, "name")
         check_optional_identifier(self.name_prefix, "name_prefix")
         check_optional_identifier(self.tag, "tag")
         if self.buckets is not None:
             _set(self, "buckets", _frozen(self.buckets, "buckets"))
-            for bucket in self.buckets:  # type: ignore[union-attr]
+            for bucket in self.buckets:
                 check_int(bucket, "buckets member", maximum=2**31 - 1)
         check_optional_identifier(self.pipeline_run_id, "pipeline_run_id")
         if self.limit is not None:

@@ -20,7 +20,7 @@ Bound: O(number of tags) commands.
 --- @include "lib/task_args"
 
 local task_key, root = KEYS[1], KEYS[2]
-local args, err = read_task_args()
+local args, err = read_task_args(true) -- a new task carries its lease, if any
 if not args then return err end
 if task_key ~= root .. 't:' .. args.id then return badarg('KEYS[1] is not the key of ARGV[1]') end
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -42,6 +42,8 @@ Primitive = str | int | float | bytes | None
 Row = dict[str, Primitive]
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
+
+_T = TypeVar("_T")
 
 SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "task_id",
@@ -320,7 +322,7 @@ def _int_value(value: object) -> int:
     raise ValueError(f"expected an integer, got {type(value).__name__}")
 
 
-def _decode(row: Mapping[str, Primitive], build: Any) -> Any:
+def _decode(row: Mapping[str, Primitive], build: Callable[[_Reader], _T]) -> _T:
     if not isinstance(row, Mapping):
         raise RowError(None, f"a row must be a mapping, not {type(row).__name__}")
     reader = _Reader(row)
@@ -450,6 +452,6 @@ class _Reader:
         if value is None:
             return None
         try:
-            return decode_payload(value)
+            return decode_payload(value)  # type: ignore[arg-type]
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             raise self._fail(column, f"is not valid msgpack: {exc}") from None

@@ -85,7 +85,7 @@ class InMemoryTaskStore:
         q = check.check_query(query)
         with self._open():
             rows = [row for row in self._tasks.values() if _matches(row, q)]
-        rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=q.newest_first)  # type: ignore[arg-type,return-value]
+        rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=q.newest_first)
         if q.limit is not None:
             rows = rows[: q.limit]
         return [row_to_snapshot(row) for row in rows]
@@ -160,7 +160,7 @@ class InMemoryTaskStore:
                 if row["finished_at"] is None
                 and (row["lease_until"] is None or row["lease_until"] <= moment)  # type: ignore[operator]
             ]
-            ready.sort(key=lambda r: (r["created_at"], r["command_id"]))  # type: ignore[arg-type,return-value]
+            ready.sort(key=lambda r: (r["created_at"], r["command_id"]))
             claimed = ready[:limit]
             for row in claimed:
                 row["lease_until"] = until
@@ -192,7 +192,7 @@ class InMemoryTaskStore:
             terminal = [
                 row for row in self._tasks.values() if TaskStatus(row["status"]).is_terminal
             ]
-            terminal.sort(key=lambda r: (r["created_at"], r["task_id"]))  # type: ignore[arg-type,return-value]
+            terminal.sort(key=lambda r: (r["created_at"], r["task_id"]))
             doomed = terminal[: max(0, len(terminal) - keep)]
             for row in doomed:
                 task_id = str(row["task_id"])

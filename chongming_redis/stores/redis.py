@@ -153,7 +153,8 @@ class RedisTaskStore:
     def create(self, snapshot: TaskSnapshot) -> None:
         row = snapshot_to_row(check.check_snapshot(snapshot))
         key = self.keys.task(snapshot.task_id)
-        reply = self._run("create", [key, self.keys.root], self._task_args(row, ""))
+        args = self._task_args(row, "", with_lease=True)
+        reply = self._run("create", [key, self.keys.root], args)
         if reply[0] == "EXISTS":
             raise TaskAlreadyExists(snapshot.task_id)
 
@@ -170,7 +171,7 @@ class RedisTaskStore:
     def get(self, task_id: str) -> TaskSnapshot | None:
         check_identifier(task_id, "task_id")
         key = self.keys.task(task_id)
-        fields = self._read(key, lambda c: c.hgetall(key))
+        fields: dict[bytes, bytes] = self._read(key, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
         return None if not fields else self._decode_task(task_id, fields)
 
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
@@ -234,7 +235,10 @@ class RedisTaskStore:
         check_identifier(task_id, "task_id")
         check_int(since_version, "since_version")
         key = self.keys.history(task_id)
-        members = self._read(key, lambda c: c.zrangebyscore(key, f"({since_version}", "+inf"))
+        members: list[bytes] = self._read(
+            key,
+            lambda c: c.zrangebyscore(key, f"({since_version}", "+inf"),  # type: ignore[arg-type,return-value]
+        )
         return [self._decode_entry(task_id, key, m) for m in members]
 
     # -- high-frequency side path ----------------------------------------------------------
@@ -391,8 +395,10 @@ class RedisTaskStore:
 
     # -- encoding --------------------------------------------------------------------------
 
-    def _task_args(self, row: Row, expect: int | str) -> list[Any]:
-        columns = {c: v for c, v in row.items() if c != "task_id" and c not in LEASE_COLUMNS}
+    def _task_args(self, row: Row, expect: int | str, *, with_lease: bool = False) -> list[Any]:
+        """create writes the whole task, lease included; save never writes the lease."""
+        skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
+        columns = {c: v for c, v in row.items() if c not in skip}
         writes, deletes = _hash_changes(columns, TASK_FIELDS)
         return [row["task_id"], _token(), expect, len(deletes), *deletes, *writes]
 
@@ -489,7 +495,7 @@ def _supports_script_flags(client: redis.Redis) -> bool:
     if type(client).__module__.startswith("fakeredis"):
         return False
     try:
-        hello = client.execute_command("HELLO")
+        hello = client.execute_command("HELLO")  # type: ignore[no-untyped-call]
     except redis.exceptions.ResponseError:
         return False
     info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello

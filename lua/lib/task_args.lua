@@ -12,7 +12,9 @@
 local LEASE_FIELDS = { lo = true, lu = true }
 
 -- Returns args = { id, token, expect, dels, writes, view, version } or (nil, badarg reply).
-local function read_task_args()
+-- Only create passes allow_lease: a new task is written whole, lease included; save never
+-- writes or deletes the lease columns.
+local function read_task_args(allow_lease)
   local args = { id = ARGV[1], token = ARGV[2], expect = ARGV[3] }
   if not args.id or args.id == '' then return nil, badarg('task id missing') end
   if not args.token or args.token == '' then return nil, badarg('write token missing') end
@@ -21,10 +23,10 @@ local function read_task_args()
   local writes, map = read_pairs(pos)
   if not writes then return nil, badarg('field/value pairs malformed') end
   for i = 1, #dels do
-    if LEASE_FIELDS[dels[i]] then return nil, badarg('may not delete lease field ' .. dels[i]) end
+    if LEASE_FIELDS[dels[i]] and not allow_lease then return nil, badarg('may not delete lease field ' .. dels[i]) end
   end
   for field in next, map do
-    if LEASE_FIELDS[field] then return nil, badarg('may not write lease field ' .. field) end
+    if LEASE_FIELDS[field] and not allow_lease then return nil, badarg('may not write lease field ' .. field) end
     if field == 'w' then return nil, badarg('may not write the token field directly') end
   end
   local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]' }

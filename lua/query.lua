@@ -12,8 +12,8 @@ ARGV[2]  want: matches to return at most (1..1000)
 ARGV[3]  budget: index entries to examine at most (>= want)
 ARGV[4]  cursor score ('' to start) -- the last examined entry of the previous page
 ARGV[5]  cursor member
-ARGV[6]  source kind: 'sb' | 'tag' | 'n' | 'p' | 'prefix'
-ARGV[7]  source argument: the tag / name / pipeline id / name prefix ('' for 'sb')
+ARGV[6]  source kind: 'ix' | 'tag' | 'p'
+ARGV[7]  source argument: the tag / pipeline id ('' for 'ix')
 ARGV[8]  statuses filter, space-separated ('' = any)
 ARGV[9]  buckets filter, space-separated ('' = any)
 ARGV[10] name filter ('' = any)
@@ -25,9 +25,10 @@ Replies
   {'OK', exhausted (0|1), cursor_score, cursor_member, id1, fields1, id2, fields2, ...}
   {'CORRUPT', key, field, detail} | {'BADARG', detail}
 
-Sources: 'sb' merges {ns}:sb:<status>:<bucket> for the filtered statuses (all seven if none)
-and the filtered buckets (if none: the buckets the {ns}:counts hash lists for each status);
-'prefix' merges {ns}:n:<name> for every name in {ns}:names starting with the prefix.
+Sources: 'ix' merges the composite index {ns}:ix:<status>:<bucket>:<name> for the filtered
+statuses (all seven if none), the filtered buckets (if none: those {ns}:counts lists for the
+status) and the filtered name (if none: the names {ns}:nm:<status>:<bucket> lists, narrowed
+by the name prefix); 'tag' and 'p' walk one index.
 Bound: at most `budget` entries examined, and at most ~4000 index entries fetched, per call.
 ]]
 --- @include "lib/common"
@@ -60,7 +61,8 @@ local want_name, want_prefix, want_tag, want_pipeline = ARGV[10], ARGV[11], ARGV
 
 -- Source keys.
 local sources = {}
-if source_kind == 'sb' then
+if source_kind == 'ix' then
+  -- The composite index: every (status, bucket, name) combination the filters allow.
   local statuses = status_list
   if #statuses == 0 then
     statuses = { 'pending', 'running', 'paused', 'succeeded', 'failed', 'stopped', 'lost' }
@@ -79,15 +81,21 @@ if source_kind == 'sb' then
   for _, s in ipairs(statuses) do
     if not STATUSES[s] then return badarg('unknown status ' .. s) end
     for _, b in ipairs(#bucket_list > 0 and bucket_list or (buckets_by_status[s] or {})) do
-      sources[#sources + 1] = root .. 'sb:' .. s .. ':' .. b
+      local combo = s .. ':' .. b
+      if want_name ~= '' then
+        sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. want_name
+      else
+        local names = rcall('HKEYS', root .. 'nm:' .. combo)
+        for i = 1, #names do
+          if want_prefix == '' or string.sub(names[i], 1, #want_prefix) == want_prefix then
+            sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. names[i]
+          end
+        end
+      end
     end
   end
-elseif source_kind == 'tag' or source_kind == 'n' or source_kind == 'p' then
+elseif source_kind == 'tag' or source_kind == 'p' then
   sources[1] = root .. source_kind .. ':' .. source_arg
-elseif source_kind == 'prefix' then
-  -- UTF-8 never contains the byte 0xFF, so '(' .. prefix .. '\255' bounds every extension.
-  local names = rcall('ZRANGEBYLEX', root .. 'names', '[' .. source_arg, '(' .. source_arg .. '\255')
-  for i = 1, #names do sources[i] = root .. 'n:' .. names[i] end
 else
   return badarg('unknown source kind')
 end

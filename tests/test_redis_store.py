@@ -63,7 +63,8 @@ def test_every_key_of_any_identifier_stays_in_the_namespace_slot(ident: str) -> 
     keys = Keys("ns1")
     slot = key_slot(b"ns1")
     built = [keys.task(ident), keys.history(ident), keys.command(ident), keys.tag(ident),
-             keys.name(ident), keys.pipeline(ident), keys.claim_memo(ident)]  # fmt: skip
+             keys.index("pending", 7, ident), keys.bucket_names("pending", 7),
+             keys.pipeline(ident), keys.claim_memo(ident)]  # fmt: skip
     for key in built:
         assert key.startswith("{ns1}:")
         assert key_slot(key.encode()) == slot, key
@@ -73,10 +74,16 @@ def test_every_key_of_any_identifier_stays_in_the_namespace_slot(ident: str) -> 
 @given(a=IDS, b=IDS)
 def test_keys_of_different_kinds_never_collide(a: str, b: str) -> None:
     keys = Keys("ns1")
-    builders = [keys.task, keys.history, keys.command, keys.tag, keys.name, keys.pipeline,
-                keys.claim_memo]  # fmt: skip
+    builders = [keys.task, keys.history, keys.command, keys.tag, keys.pipeline,
+                keys.claim_memo, lambda x: keys.index("lost", 3, x)]  # fmt: skip
     images = [(i, build(x)) for i, build in enumerate(builders) for x in (a, b)]
-    fixed = {keys.names, keys.term, keys.counts, keys.command_queue, keys.command_leases}
+    fixed = {
+        keys.bucket_names("lost", 3),
+        keys.term,
+        keys.counts,
+        keys.command_queue,
+        keys.command_leases,
+    }
     for i, key in images:
         assert key not in fixed
         for j, other in images:
@@ -411,10 +418,10 @@ def test_a_save_that_changes_indexed_fields_leaves_no_stale_index_entry(
     store.save(after, expect_version=1)
     assert client.zscore(k.tag("a"), "t") is None
     assert client.zscore(k.tag("c"), "t") is not None
-    assert client.zscore(k.name("old-name"), "t") is None
-    assert client.zscore(k.names, "old-name") is None, "a name no task uses is dropped"
+    assert client.zscore(k.index("pending", 1, "old-name"), "t") is None
+    assert client.zscore(k.index("succeeded", 2, "new-name"), "t") is not None
+    assert client.hgetall(k.bucket_names("pending", 1)) == {}, "an unused name is dropped"
+    assert client.hgetall(k.bucket_names("succeeded", 2)) == {b"new-name": b"1"}
     assert client.zscore(k.pipeline("p"), "t") is None
-    assert client.zscore(k.status_bucket("pending", 1), "t") is None
-    assert client.zscore(k.status_bucket("succeeded", 2), "t") is not None
     assert client.zscore(k.term, "t") is not None
     assert client.hgetall(k.counts) == {b"succeeded": b"1", b"succeeded:2": b"1"}

@@ -10,11 +10,12 @@ key                   type    meaning
 ``{ns}:t:<id>``       hash    one task (short field names, see ``TASK_FIELDS``)
 ``{ns}:h:<id>``       zset    the task's history; score = version, member = msgpack entry
 ``{ns}:c:<cid>``      hash    one control command (``COMMAND_FIELDS``)
-``{ns}:sb:<st>:<b>``  zset    tasks of status ``st`` in bucket ``b``; score = created_at (µs)
+``{ns}:ix:<st>:<b>:<name>``  zset  tasks of status ``st`` in bucket ``b`` named ``name``;
+                              score = created_at (µs). The one composite index behind the
+                              status, bucket, name and name-prefix filters
+``{ns}:nm:<st>:<b>``  hash    name -> number of tasks in ``ix:<st>:<b>:<name>``
 ``{ns}:tag:<tag>``    zset    tasks carrying ``tag`` (exact); score = created_at
-``{ns}:n:<name>``     zset    tasks named ``name``; score = created_at
 ``{ns}:p:<pid>``      zset    tasks of pipeline run ``pid``; score = created_at
-``{ns}:names``        zset    every task name in use, score 0 (lexicographic: ``name_prefix``)
 ``{ns}:term``         zset    terminal tasks; score = created_at (what ``prune`` drops first)
 ``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
@@ -99,7 +100,6 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.root = "{" + namespace + "}:"
-        self.names = self.root + "names"
         self.term = self.root + "term"
         self.counts = self.root + "counts"
         self.command_queue = self.root + "cq"
@@ -114,14 +114,15 @@ class Keys:
     def command(self, command_id: str) -> str:
         return self.root + "c:" + command_id
 
-    def status_bucket(self, status: str, bucket: int) -> str:
-        return f"{self.root}sb:{status}:{bucket}"
+    def index(self, status: str, bucket: int, name: str) -> str:
+        """The composite index entry of a task; ``name`` comes last, so it may hold ``:``."""
+        return f"{self.root}ix:{status}:{bucket}:{name}"
+
+    def bucket_names(self, status: str, bucket: int) -> str:
+        return f"{self.root}nm:{status}:{bucket}"
 
     def tag(self, tag: str) -> str:
         return self.root + "tag:" + tag
-
-    def name(self, name: str) -> str:
-        return self.root + "n:" + name
 
     def pipeline(self, pipeline_run_id: str) -> str:
         return self.root + "p:" + pipeline_run_id

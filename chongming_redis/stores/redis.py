@@ -188,9 +188,8 @@ class RedisTaskStore:
             q.tag or "",
             q.pipeline_run_id or "",
         ]
-        exact_source = source_kind == "sb" and not (
-            q.name or q.name_prefix or q.tag or q.pipeline_run_id
-        )
+        # The composite index already applies every filter but tag and pipeline.
+        exact_source = source_kind == "ix"
         results: list[TaskSnapshot] = []
         cursor: tuple[str, str] = ("", "")
         remaining = math.inf if q.limit is None else q.limit
@@ -447,11 +446,7 @@ def _choose_source(q: TaskQuery) -> tuple[str, str]:
         return "p", q.pipeline_run_id
     if q.tag is not None:
         return "tag", q.tag
-    if q.name is not None:
-        return "n", q.name
-    if q.statuses is None and q.buckets is None and q.name_prefix is not None:
-        return "prefix", q.name_prefix
-    return "sb", ""
+    return "ix", ""
 
 
 def _hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[str]]:

@@ -8,30 +8,35 @@
 --- @include "lib/common"
 --- @include "lib/task_view"
 
+-- One composite index entry per task, {ns}:ix:<status>:<bucket>:<name>, serves the status,
+-- bucket, name and name-prefix filters together (queries union the combinations they need);
+-- a separate index per field would cost a sorted-set entry (~120 bytes) per task each.
+-- {ns}:nm:<status>:<bucket> (name -> count) lists the names present in each combination, so
+-- a query finds the index keys it must merge without any scan.
+
+local function count_up(key, field)
+  rcall('HINCRBY', key, field, 1)
+end
+
+local function count_down(key, field)
+  if rcall('HINCRBY', key, field, -1) <= 0 then rcall('HDEL', key, field) end
+end
+
 local function index_add(root, id, t)
-  rcall('ZADD', root .. 'sb:' .. t.s .. ':' .. t.b, t.c, id)
-  rcall('HINCRBY', root .. 'counts', t.s, 1)
-  rcall('HINCRBY', root .. 'counts', t.s .. ':' .. t.b, 1)
-  rcall('ZADD', root .. 'n:' .. t.n, t.c, id)
-  rcall('ZADD', root .. 'names', 0, t.n)
+  rcall('ZADD', root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, t.c, id)
+  count_up(root .. 'nm:' .. t.s .. ':' .. t.b, t.n)
+  count_up(root .. 'counts', t.s)
+  count_up(root .. 'counts', t.s .. ':' .. t.b)
   if t.p then rcall('ZADD', root .. 'p:' .. t.p, t.c, id) end
   for i = 1, #t.tags do rcall('ZADD', root .. 'tag:' .. t.tags[i], t.c, id) end
   if TERMINAL[t.s] then rcall('ZADD', root .. 'term', t.c, id) end
 end
 
-local function counter_down(root, field)
-  if rcall('HINCRBY', root .. 'counts', field, -1) <= 0 then
-    rcall('HDEL', root .. 'counts', field)
-  end
-end
-
 local function index_remove(root, id, t)
-  rcall('ZREM', root .. 'sb:' .. t.s .. ':' .. t.b, id)
-  counter_down(root, t.s)
-  counter_down(root, t.s .. ':' .. t.b)
-  local name_key = root .. 'n:' .. t.n
-  rcall('ZREM', name_key, id)
-  if rcall('ZCARD', name_key) == 0 then rcall('ZREM', root .. 'names', t.n) end
+  rcall('ZREM', root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, id)
+  count_down(root .. 'nm:' .. t.s .. ':' .. t.b, t.n)
+  count_down(root .. 'counts', t.s)
+  count_down(root .. 'counts', t.s .. ':' .. t.b)
   if t.p then rcall('ZREM', root .. 'p:' .. t.p, id) end
   for i = 1, #t.tags do rcall('ZREM', root .. 'tag:' .. t.tags[i], id) end
   if TERMINAL[t.s] then rcall('ZREM', root .. 'term', id) end

@@ -23,10 +23,14 @@ local function read_task_args(allow_lease)
   local writes, map = read_pairs(pos)
   if not writes then return nil, badarg('field/value pairs malformed') end
   for i = 1, #dels do
-    if LEASE_FIELDS[dels[i]] and not allow_lease then return nil, badarg('may not delete lease field ' .. dels[i]) end
+    if LEASE_FIELDS[dels[i]] and not allow_lease then
+      return nil, badarg('may not delete lease field ' .. dels[i])
+    end
   end
   for field in next, map do
-    if LEASE_FIELDS[field] and not allow_lease then return nil, badarg('may not write lease field ' .. field) end
+    if LEASE_FIELDS[field] and not allow_lease then
+      return nil, badarg('may not write lease field ' .. field)
+    end
     if field == 'w' then return nil, badarg('may not write the token field directly') end
   end
   local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]' }

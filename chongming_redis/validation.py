@@ -15,7 +15,7 @@ Rules (SPEC §3, RELIABILITY B1/B6/B7):
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 MAX_ID_BYTES = 1024
@@ -31,10 +31,13 @@ def check_identifier(value: object, what: str) -> str:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{what} must not be empty")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
+    if value.isascii():  # the common case: one byte per character, nothing to encode
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} is not encodable as UTF-8 (lone surrogate?)") from None
     if size > MAX_ID_BYTES:
         raise ValueError(f"{what} is {size} UTF-8 bytes; at most {MAX_ID_BYTES} are allowed")
     return value
@@ -87,11 +90,13 @@ def check_dt(value: object, what: str) -> datetime:
     """An aware datetime in the storable range, returned converted to UTC."""
     if not isinstance(value, datetime):
         raise TypeError(f"{what} must be a datetime, not {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
+    if value.tzinfo is timezone.utc:
+        utc = value
+    elif value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware; naive datetimes have no instant")
-    utc = value.astimezone(timezone.utc)
-    micros = (utc - EPOCH) // _ONE_MICROSECOND
-    if micros < 0 or micros > MAX_EPOCH_US:
+    else:
+        utc = value.astimezone(timezone.utc)
+    if not EPOCH <= utc <= MAX_DT:
         raise ValueError(
             f"{what} {value.isoformat()} is outside the storable range 1970-01-01..2255-06-05 UTC"
         )
@@ -122,4 +127,4 @@ def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-_ONE_MICROSECOND = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - EPOCH
+MAX_DT = EPOCH + timedelta(microseconds=MAX_EPOCH_US)

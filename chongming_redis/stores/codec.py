@@ -92,7 +92,6 @@ COMMAND_COLUMNS: tuple[str, ...] = (
 )
 
 _CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
-_ONE_US = timedelta(microseconds=1)
 
 
 class RowError(ValueError):
@@ -109,8 +108,13 @@ class RowError(ValueError):
 
 def encode_dt(value: datetime) -> int:
     """An aware datetime as integer microseconds since the epoch, UTC."""
-    utc = check_dt(value, "datetime")
-    return (utc - EPOCH) // _ONE_US
+    return _micros(check_dt(value, "datetime"))
+
+
+def _micros(utc: datetime) -> int:
+    """``encode_dt`` without the checks, for a datetime a record already validated."""
+    delta = utc - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def decode_dt(value: int | str | bytes) -> datetime:
@@ -125,6 +129,10 @@ def encode_tags(tags: frozenset[str]) -> str:
     """Tags as a JSON array, sorted, so equal sets encode equally."""
     for tag in tags:
         check_identifier(tag, "tag")
+    return _tags_json(tags)
+
+
+def _tags_json(tags: frozenset[str]) -> str:
     return json.dumps(sorted(tags), ensure_ascii=False, separators=(",", ":"))
 
 
@@ -170,9 +178,9 @@ def snapshot_to_row(snapshot: TaskSnapshot) -> Row:
         "name": snapshot.name,
         "status": snapshot.status.value,
         "status_version": snapshot.status_version,
-        "created_at": encode_dt(snapshot.created_at),
-        "updated_at": encode_dt(snapshot.updated_at),
-        "tags": encode_tags(snapshot.tags),
+        "created_at": _micros(snapshot.created_at),
+        "updated_at": _micros(snapshot.updated_at),
+        "tags": _tags_json(snapshot.tags),
         "bucket": snapshot.bucket,
         "key": snapshot.key,
         "pipeline_run_id": snapshot.pipeline_run_id,
@@ -244,7 +252,7 @@ def transition_to_row(transition: Transition) -> Row:
         "version": transition.version,
         "from_status": None if transition.from_status is None else transition.from_status.value,
         "to_status": transition.to_status.value,
-        "at": encode_dt(transition.at),
+        "at": _micros(transition.at),
         "reason": transition.reason,
     }
 
@@ -272,7 +280,7 @@ def command_to_row(command: Command) -> Row:
         "command_id": command.command_id,
         "task_id": command.task_id,
         "kind": command.kind.value,
-        "created_at": encode_dt(command.created_at),
+        "created_at": _micros(command.created_at),
         "issued_by": command.issued_by,
         "payload": encode_payload(command.payload, "payload"),
         "lease_until": _opt_dt(command.lease_until),
@@ -308,7 +316,8 @@ def _command_from(r: _Reader) -> Command:
 
 
 def _opt_dt(value: datetime | None) -> int | None:
-    return None if value is None else encode_dt(value)
+    """For datetimes of a validated record (aware, UTC, in range)."""
+    return None if value is None else _micros(value)
 
 
 def _int_value(value: object) -> int:

@@ -173,6 +173,8 @@ def main() -> None:
         prune_seconds = time.perf_counter() - start
         slow = [e for e in client.slowlog_get(128) if b"EVALSHA" in (e.get("command") or b"")]
         worst_us = max((int(e["duration"]) for e in slow), default=0)
+        for entry in slow:
+            console.print(f"slow: {entry['duration']} µs {entry['command'][:120]!r}")
 
         summary = Table(title="queries, memory, slow scripts")
         summary.add_column("measure")

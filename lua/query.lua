@@ -20,6 +20,7 @@ ARGV[10] name filter ('' = any)
 ARGV[11] name_prefix filter ('' = any)
 ARGV[12] tag filter ('' = any)
 ARGV[13] pipeline filter ('' = any)
+ARGV[14] '1' when the sources already imply every filter (skip the per-task check), else '0'
 
 Replies
   {'OK', exhausted (0|1), cursor_score, cursor_member, id1, fields1, id2, fields2, ...}
@@ -58,6 +59,7 @@ end
 local status_list, bucket_list = split(ARGV[8]), split(ARGV[9])
 local want_status, want_bucket = set_of(status_list), set_of(bucket_list)
 local want_name, want_prefix, want_tag, want_pipeline = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+local sources_are_exact = ARGV[14] == '1'
 
 -- Source keys.
 local sources = {}
@@ -168,18 +170,21 @@ for i = 1, limit do
   local key = root .. 't:' .. id
   examined = i
   reply[3], reply[4] = string.format('%d', entry.score), id
-  local kind = key_type(key)
-  if kind ~= 'hash' then return corrupt(key, '', 'indexed task is missing or not a hash') end
-  local view, bad = read_index_view(key)
-  if not view then return bad end
-  local ok = (not want_status or want_status[view.s]) and (not want_bucket or want_bucket[view.b])
-  if ok and want_name ~= '' then ok = view.n == want_name end
-  if ok and want_prefix ~= '' then ok = string.sub(view.n, 1, #want_prefix) == want_prefix end
-  if ok and want_pipeline ~= '' then ok = view.p == want_pipeline end
-  if ok and want_tag ~= '' then
-    local has = false
-    for t = 1, #view.tags do if view.tags[t] == want_tag then has = true end end
-    ok = has
+  local ok = true
+  if not sources_are_exact then
+    local kind = key_type(key)
+    if kind ~= 'hash' then return corrupt(key, '', 'indexed task is missing or not a hash') end
+    local view, bad = read_index_view(key)
+    if not view then return bad end
+    ok = (not want_status or want_status[view.s]) and (not want_bucket or want_bucket[view.b])
+    if ok and want_name ~= '' then ok = view.n == want_name end
+    if ok and want_prefix ~= '' then ok = string.sub(view.n, 1, #want_prefix) == want_prefix end
+    if ok and want_pipeline ~= '' then ok = view.p == want_pipeline end
+    if ok and want_tag ~= '' then
+      local has = false
+      for t = 1, #view.tags do if view.tags[t] == want_tag then has = true end end
+      ok = has
+    end
   end
   if ok then
     reply[#reply + 1] = id

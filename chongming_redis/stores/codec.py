@@ -323,6 +323,9 @@ def _opt_dt(value: datetime | None) -> int | None:
 def _int_value(value: object) -> int:
     if type(value) is int:
         return value
+    # Fast path for what stores hand back: non-negative canonical decimal text.
+    if type(value) is bytes and value.isdigit() and (value[0] != 48 or len(value) == 1):
+        return int(value)
     if isinstance(value, bytes | str):
         text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
         if _CANONICAL_INT.match(text):
@@ -364,24 +367,20 @@ def _column_of(message: str, row: Mapping[str, Primitive]) -> str | None:
 
 
 class _Reader:
-    """Typed access to one row; remembers the column it read last for error messages."""
+    """Typed access to one row; every failure names its column."""
 
     def __init__(self, row: Mapping[str, Primitive]) -> None:
         self.row = row
-        self.last: str | None = None
-
-    def raw(self, column: str) -> Primitive:
-        self.last = column
-        return self.row.get(column)
+        self.raw = row.get
 
     def _fail(self, column: str, detail: str) -> RowError:
         return RowError(column, detail)
 
     def text(self, column: str) -> str | None:
         value = self.raw(column)
-        if value is None or isinstance(value, str):
-            return value
-        if isinstance(value, bytes):
+        if value is None or type(value) is str:
+            return value  # type: ignore[return-value]
+        if type(value) is bytes:
             try:
                 return value.decode("utf-8")
             except UnicodeDecodeError:

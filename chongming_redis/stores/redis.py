@@ -79,7 +79,7 @@ T = TypeVar("T")
 QUERY_PAGE = 500
 QUERY_BUDGET = 1000
 #: Tasks ``prune`` drops per script call (each call stays well under a millisecond per task).
-PRUNE_BATCH = 200
+PRUNE_BATCH = 100
 
 
 class RedisTaskStore:
@@ -197,7 +197,10 @@ class RedisTaskStore:
             want = int(min(remaining, QUERY_PAGE))
             budget = want if exact_source else max(want, QUERY_BUDGET)
             args = ["desc" if q.newest_first else "asc", want, budget, *cursor]
-            reply = self._run("query", [self.keys.root], [*args, source_kind, source_arg, *filters])
+            exact = "1" if exact_source else "0"
+            reply = self._run(
+                "query", [self.keys.root], [*args, source_kind, source_arg, *filters, exact]
+            )
             exhausted, cursor = reply[1] == 1, (_text(reply[2]), _text(reply[3]))
             page = [
                 self._decode_task(_text(reply[i]), _pairs(reply[i + 1]))

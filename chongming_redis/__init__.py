@@ -31,19 +31,25 @@ from chongming_redis.model import (
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 if TYPE_CHECKING:
+    from chongming_redis.runtime.buckets import BucketPolicy
+    from chongming_redis.runtime.controller import Controller
+    from chongming_redis.runtime.retry import RetryPolicy
     from chongming_redis.stores.redis import RedisTaskStore
 
 __all__ = [
+    "BucketPolicy",
     "Command",
     "CommandAlreadyExists",
     "CommandKind",
     "CommandNotFound",
     "ConcurrencyConflict",
+    "Controller",
     "CorruptRecord",
     "Failure",
     "InMemoryTaskStore",
     "Progress",
     "RedisTaskStore",
+    "RetryPolicy",
     "StoreClosed",
     "StoreError",
     "StoreUnavailable",
@@ -54,7 +60,12 @@ __all__ = [
     "Transition",
 ]
 
-_LAZY = {"RedisTaskStore": "chongming_redis.stores.redis"}
+_LAZY = {
+    "RedisTaskStore": "chongming_redis.stores.redis",
+    "Controller": "chongming_redis.runtime.controller",
+    "BucketPolicy": "chongming_redis.runtime.buckets",
+    "RetryPolicy": "chongming_redis.runtime.retry",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,1 @@
+"""The worker runtime: the ``Controller`` that runs tasks on any ``TaskStore``."""

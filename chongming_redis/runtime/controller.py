@@ -1,0 +1,824 @@
+"""``Controller``: runs tasks on any ``TaskStore`` and writes every transition through.
+
+Threads of a running controller (all daemons, started by ``start()``):
+
+* a pool of ``concurrency`` task threads;
+* ``supervisor``: every ``tick`` seconds renews the leases of held tasks, writes coalesced
+  progress and heartbeats, and flushes transitions buffered while the store was unreachable;
+  a busy task cannot starve it (it never runs task code);
+* ``commands``: claims control commands (every ``command_poll_interval``, or at once when
+  nudged), applies the ones for tasks this process holds, releases the others;
+* ``starter``: starts ``PENDING`` tasks of the buckets this process serves, by a compare-and-set
+  ``PENDING -> RUNNING`` (the version is the fencing token: two starters never both win);
+* ``reconciler``: marks ``RUNNING``/``PAUSED`` tasks whose lease expired ``LOST`` and queues a
+  retry when the policy allows.
+
+A controller that is never started is a pure client: it submits, queries and sends control
+commands, and never polls commands (it would steal them from the real holders).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import secrets
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from chongming_redis.errors import ConcurrencyConflict, StoreError, StoreUnavailable
+from chongming_redis.model import (
+    Command,
+    CommandKind,
+    Failure,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
+from chongming_redis.runtime.buckets import BucketPolicy
+from chongming_redis.runtime.clock import ServerClock
+from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
+from chongming_redis.runtime.notify import WORK, LocalNotifier, RedisNotifier
+from chongming_redis.runtime.retry import RetryPolicy
+from chongming_redis.stores.codec import encode_payload
+from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.validation import check_identifier
+
+log = logging.getLogger("chongming_redis.runtime")
+
+LIVE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED})
+HELD = (TaskStatus.RUNNING, TaskStatus.PAUSED)
+
+
+class UnknownTask(ValueError):
+    """``submit`` named a task type this process has not registered."""
+
+
+class InvalidParams(ValueError):
+    """``submit`` got parameters that do not validate against the task type's model."""
+
+
+@dataclass(frozen=True)
+class TaskType:
+    name: str
+    fn: Callable[..., Any]
+    params_model: type[BaseModel] | None
+
+
+@dataclass
+class _Held:
+    """A task this process runs. ``snapshot`` is the holder's truth; ``stored_version`` is the
+    version the store has confirmed; ``pending`` are transitions not yet written."""
+
+    snapshot: TaskSnapshot
+    stored_version: int
+    ctx: TaskContext
+    pending: list[Transition] = field(default_factory=list)
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+    lease_renewed_at: float = 0.0
+    heartbeat_written: int = 0
+    stop_commands: list[str] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass
+class ReconcileReport:
+    lost: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
+    stalled: list[str] = field(default_factory=list)
+
+
+class Controller:
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        owner: str | None = None,
+        command_poll_interval: float = 0.5,
+        command_lease: float = 30.0,
+        task_lease: float = 30.0,
+        concurrency: int = 4,
+        buckets: BucketPolicy | None = None,
+        serve_buckets: Iterable[int] | None = None,
+        retry: RetryPolicy | None = None,
+        start_poll_interval: float = 1.0,
+        reconcile_interval: float = 5.0,
+        progress_interval: float = 0.5,
+        stall_after: float = 300.0,
+        max_result_bytes: int = 1024 * 1024,
+    ) -> None:
+        if not isinstance(store, TaskStore):
+            raise TypeError(f"store must implement TaskStore, not {type(store).__name__}")
+        self.store = store
+        self.owner = check_identifier(owner or f"worker-{secrets.token_hex(4)}", "owner")
+        self.command_poll_interval = command_poll_interval
+        self.command_lease = command_lease
+        self.task_lease = task_lease
+        self.concurrency = concurrency
+        self.buckets = buckets or BucketPolicy()
+        self.serve_buckets = None if serve_buckets is None else frozenset(serve_buckets)
+        self.retry = retry or RetryPolicy()
+        self.start_poll_interval = start_poll_interval
+        self.reconcile_interval = reconcile_interval
+        self.progress_interval = progress_interval
+        self.stall_after = stall_after
+        self.max_result_bytes = max_result_bytes
+        self.clock = ServerClock(store)
+        self._types: dict[str, TaskType] = {}
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.RLock()
+        self._running = threading.Event()
+        self._accepting = threading.Event()
+        self._wake_commands = threading.Event()
+        self._wake_starter = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._pool: ThreadPoolExecutor | None = None
+        client = getattr(store, "client", None)
+        namespace = getattr(store, "namespace", None)
+        self.notifier: RedisNotifier | LocalNotifier = (
+            RedisNotifier(client, namespace)
+            if client is not None and namespace
+            else LocalNotifier(store)
+        )
+
+    # -- registration and submission -------------------------------------------------------
+
+    def task(
+        self, name: str | None = None, *, params: type[BaseModel] | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register ``fn(ctx, params)`` under ``name`` (default: the function's name).
+
+        With ``params``, submitted parameters are validated against that pydantic model and the
+        function receives a model instance."""
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            task_name = check_identifier(name or fn.__name__, "task name")
+            model = params or _annotated_model(fn)
+            self._types[task_name] = TaskType(task_name, fn, model)
+            return fn
+
+        return register
+
+    def submit(
+        self,
+        name: str,
+        params: Any = None,
+        *,
+        key: str | None = None,
+        tags: Iterable[str] = (),
+        task_id: str | None = None,
+        pipeline_run_id: str | None = None,
+        not_before: datetime | None = None,
+    ) -> str:
+        """Validate and create a ``PENDING`` task; returns its id. A bad submit creates
+        nothing: ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
+        task_type = self._types.get(name)
+        if task_type is None:
+            known = ", ".join(sorted(self._types)) or "none registered"
+            raise UnknownTask(f"unknown task type {name!r} (known: {known})")
+        stored_params = _validate_params(task_type, params)
+        task_id = task_id or secrets.token_hex(10)
+        now = self.clock.now()
+        snapshot = TaskSnapshot(
+            task_id=task_id, name=name, status=TaskStatus.PENDING, status_version=1,
+            created_at=now, updated_at=now, tags=frozenset(tags),
+            bucket=self.buckets.bucket_for(key or task_id), key=key,
+            pipeline_run_id=pipeline_run_id, params=stored_params, not_before=not_before,
+        )  # fmt: skip
+        encode_payload(stored_params, "params")  # refuse an oversized payload before writing
+        self.store.create(snapshot)
+        self._append(
+            Transition(task_id, 1, None, TaskStatus.PENDING, now, f"submitted by {self.owner}")
+        )
+        self.notifier.publish(WORK)
+        return task_id
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> TaskSnapshot | None:
+        return self.store.get(task_id)
+
+    def list_tasks(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
+        return self.store.query(query)
+
+    def stats(self) -> dict[TaskStatus, int]:
+        return self.store.counts()
+
+    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
+        counts = getattr(self.store, "bucket_counts", None)
+        if counts is not None:
+            return counts()  # type: ignore[no-any-return]
+        result: dict[int, dict[TaskStatus, int]] = {}
+        for snapshot in self.store.query():
+            per = result.setdefault(snapshot.bucket, dict.fromkeys(TaskStatus, 0))
+            per[snapshot.status] += 1
+        return result
+
+    def history(self, task_id: str) -> list[Transition]:
+        return self.store.history(task_id)
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self, task_id: str) -> str:
+        return self._control(task_id, CommandKind.STOP)
+
+    def pause(self, task_id: str) -> str:
+        return self._control(task_id, CommandKind.PAUSE)
+
+    def resume(self, task_id: str) -> str:
+        return self._control(task_id, CommandKind.RESUME)
+
+    def _control(self, task_id: str, kind: CommandKind) -> str:
+        """Act locally on a task this process holds; otherwise queue a command for the holder
+        and nudge it. Returns the outcome (local) or ``"sent:<command id>"``."""
+        check_identifier(task_id, "task_id")
+        with self._lock:
+            held = self._held.get(task_id)
+        if held is not None and not held.done:
+            return self._apply(held, kind, command_id=None)
+        snapshot = self.store.get(task_id)
+        if snapshot is None:
+            raise ValueError(f"no task {task_id!r}")
+        if snapshot.status.is_terminal:
+            return "already-terminal"
+        command_id = f"cmd-{secrets.token_hex(8)}"
+        command = Command(command_id, task_id, kind, self.clock.now(), issued_by=self.owner)
+        self.store.submit_command(command)
+        self.notifier.publish(snapshot.lease_owner or WORK)
+        return f"sent:{command_id}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start running tasks: the pool and the background threads."""
+        if self._running.is_set():
+            return
+        self.clock.sync()
+        self._running.set()
+        self._accepting.set()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"{self.owner}-task")
+        self.notifier.subscribe(self.owner, self._wake_commands)
+        self.notifier.subscribe(WORK, self._wake_starter)
+        self.notifier.subscribe(WORK, self._wake_commands)
+        for name, loop in (
+            ("supervisor", self._supervise),
+            ("commands", self._poll_commands),
+            ("starter", self._start_pending),
+            ("reconciler", self._reconcile_loop),
+        ):
+            thread = threading.Thread(target=loop, name=f"{self.owner}-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def shutdown(self, grace: float = 30.0, *, hand_back: str = "requeue") -> None:
+        """Take no new work; let running tasks finish within ``grace`` seconds; then hand the
+        rest back: ``"requeue"`` (back to ``PENDING``) or ``"stop"`` (``STOPPED``)."""
+        self._accepting.clear()
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self._active():
+            time.sleep(0.05)
+        for held in self._active():
+            self._hand_back(held, hand_back)
+        self._flush_all(deadline=time.monotonic() + 5)
+        self._running.clear()
+        self._wake_commands.set()
+        self._wake_starter.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.notifier.close()
+
+    def run_forever(self, grace: float = 30.0) -> None:
+        """``start()``, then block until SIGTERM/SIGINT: the first signal shuts down gracefully
+        (``grace`` seconds), a second one hands the running tasks back at once."""
+        signals = {"count": 0}
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            signals["count"] += 1
+            if signals["count"] == 1:
+                log.warning("%s: signal %d, shutting down (grace %.0fs)", self.owner, signum, grace)
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        self.start()
+        stop.wait()
+        worker = threading.Thread(target=self.shutdown, args=(grace,), daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)
+            if signals["count"] > 1:
+                log.warning("%s: second signal, handing running tasks back now", self.owner)
+                for held in self._active():
+                    self._hand_back(held, "requeue")
+                self._flush_all(deadline=time.monotonic() + 5)
+                return
+
+    # -- starting and running tasks --------------------------------------------------------
+
+    def _start_pending(self) -> None:
+        while self._running.is_set():
+            self._wake_starter.wait(self.start_poll_interval)
+            self._wake_starter.clear()
+            if not self._accepting.is_set():
+                continue
+            try:
+                self.start_available()
+            except StoreError as exc:
+                log.warning("%s: cannot look for work: %s", self.owner, exc)
+
+    def start_available(self) -> int:
+        """Start as many eligible ``PENDING`` tasks as there are free slots; returns how many."""
+        free = self.concurrency - len(self._active())
+        if free <= 0 or not self._accepting.is_set():
+            return 0
+        query = TaskQuery(
+            statuses=frozenset({TaskStatus.PENDING}), buckets=self.serve_buckets, limit=free * 4
+        )
+        now = self.clock.now()
+        started = 0
+        for snapshot in self.store.query(query):
+            if started >= free:
+                break
+            if snapshot.name not in self._types:
+                continue
+            if snapshot.not_before is not None and snapshot.not_before > now:
+                continue
+            if self._try_start(snapshot):
+                started += 1
+        return started
+
+    def _try_start(self, snapshot: TaskSnapshot) -> bool:
+        now = self.clock.now()
+        running = _advance(snapshot, TaskStatus.RUNNING, now, heartbeat_at=now)
+        try:
+            self.store.save(running, expect_version=snapshot.status_version)
+        except ConcurrencyConflict:
+            return False  # another worker started it, or it was stopped: not ours
+        except StoreError as exc:
+            log.warning("%s: could not start %s: %s", self.owner, snapshot.task_id, exc)
+            return False
+        ctx = TaskContext(snapshot.task_id, snapshot.attempt, self.owner)
+        held = _Held(running, running.status_version, ctx)
+        with self._lock:
+            self._held[snapshot.task_id] = held
+        transition = Transition(
+            snapshot.task_id, running.status_version, TaskStatus.PENDING, TaskStatus.RUNNING, now,
+            f"started by {self.owner} (attempt {snapshot.attempt})",
+        )  # fmt: skip
+        held.pending.append(transition)
+        self._renew_lease(held)
+        self._flush(held)
+        assert self._pool is not None
+        future: Future[None] = self._pool.submit(self._execute, held)
+        future.add_done_callback(_log_crash)
+        return True
+
+    def _execute(self, held: _Held) -> None:
+        """The run-a-task path: call the function, then record how it ended."""
+        snapshot, ctx = held.snapshot, held.ctx
+        task_type = self._types[snapshot.name]
+        try:
+            params = _load_params(task_type, snapshot.params)
+            result = task_type.fn(ctx, params)
+            if isinstance(result, BaseModel):
+                result = result.model_dump(mode="json")
+        except TaskLost as exc:
+            log.error("%s: %s; its result is discarded", self.owner, exc)
+            self._forget(held)
+            return
+        except TaskStopped:
+            self._finish(held, TaskStatus.STOPPED, reason="stop requested", outcome="stopped")
+            return
+        except Exception as exc:
+            failure = Failure(type(exc).__name__, str(exc)[:4000], traceback.format_exc()[-16000:])
+            self._fail(held, failure)
+            return
+        if ctx.lost_reason is not None:
+            log.error("%s: task %s finished after losing it (%s); result discarded",
+                      self.owner, snapshot.task_id, ctx.lost_reason)  # fmt: skip
+            self._forget(held)
+            return
+        try:
+            encoded = encode_payload(result, "result")
+        except (TypeError, ValueError) as exc:
+            self._fail(held, Failure("ResultNotStorable", str(exc)))
+            return
+        if encoded is not None and len(encoded) > self.max_result_bytes:
+            message = f"result is {len(encoded)} bytes; at most {self.max_result_bytes} are stored"
+            self._fail(held, Failure("ResultTooLarge", message))
+            return
+        self._finish(held, TaskStatus.SUCCEEDED, result=result, outcome="already-terminal")
+
+    def _fail(self, held: _Held, failure: Failure) -> None:
+        if self.retry.retry_failures and self.retry.allows(held.snapshot.attempt):
+            self._finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal")
+            snapshot = self._stored_or_none(held)
+            if snapshot is not None:
+                self._queue_retry(snapshot, "failed")
+            return
+        self._finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal")
+
+    def _finish(self, held: _Held, status: TaskStatus, *, reason: str | None = None,
+                outcome: str, **changes: Any) -> None:  # fmt: skip
+        self._transition(held, status, reason, **changes)
+        held.done = True
+        self._flush(held)
+        now = self.clock.now()
+        for command_id in held.stop_commands:  # stop commands wait for the task to really end
+            self._complete(command_id, now, "stopped" if status is TaskStatus.STOPPED else outcome)
+        if not held.pending:
+            self._forget(held)
+        self._wake_starter.set()
+
+    def _forget(self, held: _Held) -> None:
+        held.done = True
+        with self._lock:
+            if self._held.get(held.snapshot.task_id) is held:
+                del self._held[held.snapshot.task_id]
+
+    def _active(self) -> list[_Held]:
+        with self._lock:
+            return [h for h in self._held.values() if not h.done]
+
+    # -- write-through ---------------------------------------------------------------------
+
+    def _transition(
+        self, held: _Held, status: TaskStatus, reason: str | None, **changes: Any
+    ) -> None:
+        with held.write_lock:
+            old = held.snapshot
+            now = self.clock.now()
+            new = _advance(old, status, now, **changes)
+            held.snapshot = new
+            held.pending.append(
+                Transition(old.task_id, new.status_version, old.status, status, now, reason)
+            )
+
+    def _flush(self, held: _Held) -> bool:
+        """Write the latest snapshot (one save, whatever the number of buffered transitions:
+        the version jumps) and then the buffered history. False while the store is away."""
+        with held.write_lock:
+            if not held.pending and held.stored_version == held.snapshot.status_version:
+                return True
+            try:
+                if held.stored_version != held.snapshot.status_version:
+                    self._save_resolving(held)
+                for transition in held.pending:
+                    self.store.append(transition)
+                held.pending.clear()
+                return True
+            except StoreUnavailable as exc:
+                log.warning("%s: store unreachable, %d transition(s) of %s buffered: %s",
+                            self.owner, len(held.pending), held.snapshot.task_id, exc)  # fmt: skip
+                return False
+            except ConcurrencyConflict as exc:
+                # Never retried: a second writer exists. Stop acting on the task, loudly.
+                log.error("%s: CONFLICT on %s, another writer exists; stopping it here: %s",
+                          self.owner, held.snapshot.task_id, exc)  # fmt: skip
+                held.ctx.lose(f"another writer moved it on ({exc})")
+                held.pending.clear()
+                self._forget(held)
+                return False
+
+    def _save_resolving(self, held: _Held) -> None:
+        """``save`` that tells a lost reply from a real conflict: if the store already holds
+        exactly our snapshot (our earlier attempt landed), that is success."""
+        try:
+            self.store.save(held.snapshot, expect_version=held.stored_version)
+        except ConcurrencyConflict:
+            current = self.store.get(held.snapshot.task_id)
+            if current is None or _without_lease(current) != _without_lease(held.snapshot):
+                raise
+        held.stored_version = held.snapshot.status_version
+
+    def _flush_all(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            with self._lock:
+                dirty = [h for h in self._held.values() if h.pending]
+            if not dirty:
+                return
+            for held in dirty:
+                if self._flush(held) and held.done:
+                    self._forget(held)
+            time.sleep(0.1)
+
+    def _append(self, transition: Transition) -> None:
+        try:
+            self.store.append(transition)
+        except StoreError as exc:
+            log.warning("%s: history entry %s v%d not written: %s",
+                        self.owner, transition.task_id, transition.version, exc)  # fmt: skip
+
+    # -- supervision: leases, progress, buffered writes ------------------------------------
+
+    def _supervise(self) -> None:
+        tick = min(self.progress_interval, self.task_lease / 4)
+        while self._running.is_set():
+            time.sleep(tick)
+            for held in list(self._held.values()):
+                try:
+                    self._supervise_one(held)
+                except Exception as exc:  # keep supervising the others
+                    log.warning("%s: supervising %s: %s", self.owner, held.snapshot.task_id, exc)
+
+    def _supervise_one(self, held: _Held) -> None:
+        if held.pending and self._flush(held) and held.done:
+            self._forget(held)
+            return
+        if held.done:
+            return
+        if time.monotonic() - held.lease_renewed_at >= self.task_lease / 3:
+            self._renew_lease(held)
+        elif held.ctx.progress_dirty or held.ctx.beats != held.heartbeat_written:
+            self._touch(held, lease=False)
+
+    def _renew_lease(self, held: _Held) -> None:
+        started = time.monotonic()
+        if self._touch(held, lease=True):
+            held.lease_renewed_at = started
+            # Our own deadline ends before the store's: a margin for the round trip and skew.
+            held.ctx.extend_lease(started + self.task_lease * 0.8)
+
+    def _touch(self, held: _Held, *, lease: bool) -> bool:
+        ctx = held.ctx
+        now = self.clock.now()
+        args: dict[str, Any] = {}
+        if ctx.beats != held.heartbeat_written or lease:
+            args["heartbeat_at"] = now
+        if ctx.progress_dirty and ctx.progress is not None:
+            args["progress"] = ctx.progress
+        if lease:
+            args["lease_owner"] = self.owner
+            args["lease_until"] = now + timedelta(seconds=self.task_lease)
+        beats, ctx.progress_dirty = ctx.beats, False
+        with held.write_lock:
+            try:
+                applied = _touch_fenced(
+                    self.store, held.snapshot.task_id, held.stored_version, args
+                )
+            except StoreUnavailable:
+                ctx.progress_dirty = "progress" in args or ctx.progress_dirty
+                return False
+        if not applied:
+            held.ctx.lose("another writer moved it on (its version changed)")
+            log.error("%s: lost task %s: its version moved on without us",
+                      self.owner, held.snapshot.task_id)  # fmt: skip
+            self._forget(held)
+            return False
+        held.heartbeat_written = beats
+        return True
+
+    # -- commands --------------------------------------------------------------------------
+
+    def _poll_commands(self) -> None:
+        while self._running.is_set():
+            self._wake_commands.wait(self.command_poll_interval)
+            self._wake_commands.clear()
+            try:
+                self.handle_commands()
+            except StoreError as exc:
+                log.warning("%s: cannot claim commands: %s", self.owner, exc)
+
+    def handle_commands(self) -> int:
+        """Claim and handle one batch of commands; returns how many were claimed."""
+        now = self.clock.now()
+        claimed = self.store.claim_commands(now=now, lease_seconds=self.command_lease, limit=50)
+        for command in claimed:
+            self._handle(command)
+        return len(claimed)
+
+    def _handle(self, command: Command) -> None:
+        with self._lock:
+            held = self._held.get(command.task_id)
+        if held is not None and not held.done:
+            outcome = self._apply(held, command.kind, command.command_id)
+            if outcome != "stopping":
+                self._complete(command.command_id, self.clock.now(), outcome)
+            return
+        snapshot = self.store.get(command.task_id)
+        now = self.clock.now()
+        if snapshot is None:
+            self._complete(command.command_id, now, "no-such-task")
+        elif snapshot.status.is_terminal:
+            self._complete(command.command_id, now, "already-terminal")
+        elif snapshot.status is TaskStatus.PENDING or (
+            snapshot.status is TaskStatus.PAUSED and snapshot.lease_owner is None
+        ):
+            self._complete(command.command_id, now, self._control_unheld(snapshot, command))
+        else:  # held by another process: hand it back at once so the holder can claim it
+            self.store.release_command(command.command_id, now=now)
+
+    def _control_unheld(self, snapshot: TaskSnapshot, command: Command) -> str:
+        """Stop, pause or resume a task nobody runs (``PENDING``, or paused before it started)."""
+        target = {
+            CommandKind.STOP: TaskStatus.STOPPED,
+            CommandKind.PAUSE: TaskStatus.PAUSED,
+            CommandKind.RESUME: TaskStatus.PENDING,
+        }[command.kind]
+        if target is snapshot.status or (
+            command.kind is CommandKind.PAUSE and snapshot.status is not TaskStatus.PENDING
+        ):
+            return "no-change"
+        now = self.clock.now()
+        new = _advance(snapshot, target, now)
+        try:
+            self.store.save(new, expect_version=snapshot.status_version)
+        except ConcurrencyConflict:
+            return "conflict-retry"
+        self._append(Transition(snapshot.task_id, new.status_version, snapshot.status, target, now,
+                                f"{command.kind.value} by {command.issued_by or '?'}"))  # fmt: skip
+        return target.value
+
+    def _apply(self, held: _Held, kind: CommandKind, command_id: str | None) -> str:
+        ctx, status = held.ctx, held.snapshot.status
+        if kind is CommandKind.STOP:
+            if command_id is not None:
+                held.stop_commands.append(command_id)
+            ctx.request_stop()
+            ctx.set_paused(False)
+            return "stopping"
+        if kind is CommandKind.PAUSE:
+            if status is TaskStatus.PAUSED:
+                return "already-paused"
+            self._transition(held, TaskStatus.PAUSED, "pause requested")
+            ctx.set_paused(True)
+            self._flush(held)
+            return "paused"
+        if status is not TaskStatus.PAUSED:
+            return "not-paused"
+        self._transition(held, TaskStatus.RUNNING, "resume requested")
+        ctx.set_paused(False)
+        self._flush(held)
+        return "resumed"
+
+    def _complete(self, command_id: str, now: datetime, outcome: str) -> None:
+        try:
+            self.store.complete_command(command_id, now=now, outcome=outcome)
+        except StoreError as exc:  # its lease expires and it is handled again
+            log.warning("%s: command %s not completed: %s", self.owner, command_id, exc)
+
+    # -- reconciliation --------------------------------------------------------------------
+
+    def _reconcile_loop(self) -> None:
+        while self._running.is_set():
+            time.sleep(self.reconcile_interval)
+            try:
+                report = self.reconcile()
+            except StoreError as exc:
+                log.warning("%s: reconcile failed: %s", self.owner, exc)
+                continue
+            if report.lost:
+                log.warning(
+                    "%s: marked LOST: %s (retried: %s)", self.owner, report.lost, report.retried
+                )
+            if report.lost or report.retried:
+                self._wake_starter.set()
+
+    def reconcile(self) -> ReconcileReport:
+        """Mark ``RUNNING``/``PAUSED`` tasks whose supervisor lease expired ``LOST`` (a
+        compare-and-set), queue a retry where the policy allows, and report tasks whose
+        heartbeat stalled (a stalled heartbeat alone never makes a task ``LOST``)."""
+        report = ReconcileReport()
+        now = self.clock.now()
+        for snapshot in self.store.query(TaskQuery(statuses=frozenset(HELD))):
+            with self._lock:
+                if snapshot.task_id in self._held:
+                    continue  # ours: we renew its lease
+            if not _lease_expired(snapshot, now, self.task_lease):
+                if _heartbeat_stalled(snapshot, now, self.stall_after):
+                    report.stalled.append(snapshot.task_id)
+                continue
+            lost = _advance(snapshot, TaskStatus.LOST, now)
+            try:
+                self.store.save(lost, expect_version=snapshot.status_version)
+            except ConcurrencyConflict:
+                continue  # the holder (or another reconciler) moved it on first
+            reason = (
+                f"lease of {snapshot.lease_owner or 'nobody'} expired at {snapshot.lease_until}"
+            )
+            self._append(Transition(snapshot.task_id, lost.status_version, snapshot.status,
+                                    TaskStatus.LOST, now, reason))  # fmt: skip
+            report.lost.append(snapshot.task_id)
+            if self._queue_retry(lost, "lost"):
+                report.retried.append(snapshot.task_id)
+        return report
+
+    def _queue_retry(self, snapshot: TaskSnapshot, why: str) -> bool:
+        if not self.retry.allows(snapshot.attempt):
+            return False
+        now = self.clock.now()
+        delay = self.retry.delay(snapshot.attempt)
+        retried = _advance(snapshot, TaskStatus.PENDING, now, attempt=snapshot.attempt + 1,
+                           not_before=now + delay, progress=None)  # fmt: skip
+        try:
+            self.store.save(retried, expect_version=snapshot.status_version)
+        except ConcurrencyConflict:
+            return False
+        attempt = f"{snapshot.attempt + 1}/{self.retry.max_attempts}"
+        reason = f"retry {attempt} after {why}, in {delay.total_seconds():.1f}s"
+        self._append(Transition(snapshot.task_id, retried.status_version, snapshot.status,
+                                TaskStatus.PENDING, now, reason))  # fmt: skip
+        return True
+
+    def _stored_or_none(self, held: _Held) -> TaskSnapshot | None:
+        return held.snapshot if held.stored_version == held.snapshot.status_version else None
+
+    def _hand_back(self, held: _Held, policy: str) -> None:
+        """Give a task this process will not finish back: requeue it (a new attempt) or stop
+        it. Its thread may still run; the version bump fences every write it tries."""
+        if policy == "stop":
+            self._transition(held, TaskStatus.STOPPED, "stopped at shutdown")
+        else:
+            self._transition(held, TaskStatus.PENDING, "handed back at shutdown",
+                             attempt=held.snapshot.attempt + 1)  # fmt: skip
+        held.done = True
+        held.ctx.lose("handed back at shutdown")  # the task thread stops at its next checkpoint
+        self._flush(held)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _advance(
+    snapshot: TaskSnapshot, status: TaskStatus, now: datetime, **changes: Any
+) -> TaskSnapshot:
+    """The next state: one version up (the store checks only that we held the previous one)."""
+    return dataclasses.replace(snapshot, status=status, status_version=snapshot.status_version + 1,
+                               updated_at=now, **changes)  # fmt: skip
+
+
+def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
+    """The pydantic model of ``fn``'s second parameter, if it is annotated with one."""
+    try:
+        parameters = list(inspect.signature(fn, eval_str=True).parameters.values())
+    except (NameError, TypeError, ValueError):
+        return None
+    if len(parameters) < 2:
+        return None
+    annotation = parameters[1].annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _validate_params(task_type: TaskType, params: Any) -> Any:
+    if task_type.params_model is None:
+        return params
+    try:
+        if isinstance(params, task_type.params_model):
+            model = params
+        else:
+            model = task_type.params_model.model_validate(params if params is not None else {})
+    except ValidationError as exc:
+        raise InvalidParams(f"parameters of {task_type.name!r} do not validate: {exc}") from None
+    return model.model_dump(mode="json")
+
+
+def _load_params(task_type: TaskType, stored: Any) -> Any:
+    if task_type.params_model is None:
+        return stored
+    return task_type.params_model.model_validate(stored if stored is not None else {})
+
+
+def _log_crash(future: Future[None]) -> None:
+    if future.exception() is not None:
+        log.error("task runner crashed: %r", future.exception())
+
+
+def _without_lease(snapshot: TaskSnapshot) -> TaskSnapshot:
+    return dataclasses.replace(snapshot, lease_owner=None, lease_until=None, heartbeat_at=None,
+                               progress=None)  # fmt: skip
+
+
+def _touch_fenced(store: TaskStore, task_id: str, version: int, args: dict[str, Any]) -> bool:
+    fenced = getattr(store, "touch_fenced", None)
+    if fenced is not None:
+        return bool(fenced(task_id, expect_version=version, **args))
+    store.touch(task_id, **args)  # a third-party store without the fence: best effort
+    return True
+
+
+def _lease_expired(snapshot: TaskSnapshot, now: datetime, lease: float) -> bool:
+    if snapshot.lease_until is not None:
+        return snapshot.lease_until <= now
+    # Started but never leased (the holder died between its start and its first renewal):
+    # give it one lease period from its last state change.
+    return snapshot.updated_at + timedelta(seconds=lease) <= now
+
+
+def _heartbeat_stalled(snapshot: TaskSnapshot, now: datetime, stall_after: float) -> bool:
+    beat = snapshot.heartbeat_at or snapshot.updated_at
+    return beat + timedelta(seconds=stall_after) <= now

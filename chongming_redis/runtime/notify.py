@@ -1,0 +1,89 @@
+"""Nudges: wake a process now instead of at its next poll (polling stays the fallback).
+
+``RedisNotifier`` publishes on ``{ns}:nudge:<owner>`` (a command for a task that owner holds)
+and ``{ns}:nudge:work`` (a task was submitted); a listener thread sets events. Pub/sub is
+fire-and-forget: a lost nudge only delays the reaction to the next poll.
+``LocalNotifier`` does the same inside one process (for ``InMemoryTaskStore``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any, ClassVar
+
+log = logging.getLogger("chongming_redis.runtime")
+
+WORK = "work"
+
+
+class LocalNotifier:
+    _events: ClassVar[dict[tuple[int, str], list[threading.Event]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, scope: object) -> None:
+        self._scope = id(scope)
+
+    def publish(self, topic: str) -> None:
+        with self._lock:
+            for event in self._events.get((self._scope, topic), []):
+                event.set()
+
+    def subscribe(self, topic: str, event: threading.Event) -> None:
+        with self._lock:
+            self._events.setdefault((self._scope, topic), []).append(event)
+
+    def close(self) -> None:
+        with self._lock:
+            for key in [k for k in self._events if k[0] == self._scope]:
+                del self._events[key]
+
+
+class RedisNotifier:
+    def __init__(self, client: Any, namespace: str) -> None:
+        self._client = client
+        self._prefix = "{" + namespace + "}:nudge:"
+        self._events: dict[str, list[threading.Event]] = {}
+        self._pubsub: Any = None
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    def publish(self, topic: str) -> None:
+        try:
+            self._client.publish(self._prefix + topic, b"1")
+        except Exception as exc:  # a nudge is an optimisation; polling covers its loss
+            log.debug("nudge %s not published: %s", topic, exc)
+
+    def subscribe(self, topic: str, event: threading.Event) -> None:
+        self._events.setdefault(self._prefix + topic, []).append(event)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._listen, name="nudges", daemon=True)
+            self._thread.start()
+
+    def _listen(self) -> None:
+        while not self._closed.is_set():
+            try:
+                if self._pubsub is None:
+                    self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+                    self._pubsub.subscribe(*self._events)
+                message = self._pubsub.get_message(timeout=0.5)
+                if message is not None:
+                    for event in self._events.get(message["channel"].decode(), []):
+                        event.set()
+            except Exception as exc:  # reconnect after a blip; polling covers the gap
+                log.debug("nudge listener: %s", exc)
+                self._reset()
+                self._closed.wait(0.5)
+
+    def _reset(self) -> None:
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                self._pubsub.close()
+        self._pubsub = None
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self._reset()

@@ -20,7 +20,6 @@ commands, and never polls commands (it would steal them from the real holders).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import secrets
 import signal
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, StoreUnavailable
 from chongming_redis.model import (
@@ -45,6 +44,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
@@ -54,25 +54,12 @@ from chongming_redis.stores.codec import encode_payload
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.validation import check_identifier
 
+__all__ = ["Controller", "InvalidParams", "ReconcileReport", "UnknownTask"]
+
 log = logging.getLogger("chongming_redis.runtime")
 
 LIVE = frozenset({TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED})
 HELD = (TaskStatus.RUNNING, TaskStatus.PAUSED)
-
-
-class UnknownTask(ValueError):
-    """``submit`` named a task type this process has not registered."""
-
-
-class InvalidParams(ValueError):
-    """``submit`` got parameters that do not validate against the task type's model."""
-
-
-@dataclass(frozen=True)
-class TaskType:
-    name: str
-    fn: Callable[..., Any]
-    params_model: type[BaseModel] | None
 
 
 @dataclass
@@ -103,6 +90,7 @@ class Controller:
         self,
         store: TaskStore,
         *,
+        app: App | None = None,
         owner: str | None = None,
         command_poll_interval: float = 0.5,
         command_lease: float = 30.0,
@@ -134,7 +122,7 @@ class Controller:
         self.stall_after = stall_after
         self.max_result_bytes = max_result_bytes
         self.clock = ServerClock(store)
-        self._types: dict[str, TaskType] = {}
+        self.app = app or App()
         self._held: dict[str, _Held] = {}
         self._lock = threading.RLock()
         self._running = threading.Event()
@@ -156,18 +144,8 @@ class Controller:
     def task(
         self, name: str | None = None, *, params: type[BaseModel] | None = None
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register ``fn(ctx, params)`` under ``name`` (default: the function's name).
-
-        With ``params``, submitted parameters are validated against that pydantic model and the
-        function receives a model instance."""
-
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            task_name = check_identifier(name or fn.__name__, "task name")
-            model = params or _annotated_model(fn)
-            self._types[task_name] = TaskType(task_name, fn, model)
-            return fn
-
-        return register
+        """Register ``fn(ctx, params)`` on this controller's ``App`` (see ``App.task``)."""
+        return self.app.task(name, params=params)
 
     def submit(
         self,
@@ -182,11 +160,7 @@ class Controller:
     ) -> str:
         """Validate and create a ``PENDING`` task; returns its id. A bad submit creates
         nothing: ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
-        task_type = self._types.get(name)
-        if task_type is None:
-            known = ", ".join(sorted(self._types)) or "none registered"
-            raise UnknownTask(f"unknown task type {name!r} (known: {known})")
-        stored_params = _validate_params(task_type, params)
+        stored_params = self.app.get(name).validate(params)
         task_id = task_id or secrets.token_hex(10)
         now = self.clock.now()
         snapshot = TaskSnapshot(
@@ -352,7 +326,7 @@ class Controller:
         for snapshot in self.store.query(query):
             if started >= free:
                 break
-            if snapshot.name not in self._types:
+            if snapshot.name not in self.app.types:
                 continue
             if snapshot.not_before is not None and snapshot.not_before > now:
                 continue
@@ -389,9 +363,9 @@ class Controller:
     def _execute(self, held: _Held) -> None:
         """The run-a-task path: call the function, then record how it ended."""
         snapshot, ctx = held.snapshot, held.ctx
-        task_type = self._types[snapshot.name]
+        task_type = self.app.types[snapshot.name]
         try:
-            params = _load_params(task_type, snapshot.params)
+            params = task_type.load(snapshot.params)
             result = task_type.fn(ctx, params)
             if isinstance(result, BaseModel):
                 result = result.model_dump(mode="json")
@@ -758,39 +732,6 @@ def _advance(
     """The next state: one version up (the store checks only that we held the previous one)."""
     return dataclasses.replace(snapshot, status=status, status_version=snapshot.status_version + 1,
                                updated_at=now, **changes)  # fmt: skip
-
-
-def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
-    """The pydantic model of ``fn``'s second parameter, if it is annotated with one."""
-    try:
-        parameters = list(inspect.signature(fn, eval_str=True).parameters.values())
-    except (NameError, TypeError, ValueError):
-        return None
-    if len(parameters) < 2:
-        return None
-    annotation = parameters[1].annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return None
-
-
-def _validate_params(task_type: TaskType, params: Any) -> Any:
-    if task_type.params_model is None:
-        return params
-    try:
-        if isinstance(params, task_type.params_model):
-            model = params
-        else:
-            model = task_type.params_model.model_validate(params if params is not None else {})
-    except ValidationError as exc:
-        raise InvalidParams(f"parameters of {task_type.name!r} do not validate: {exc}") from None
-    return model.model_dump(mode="json")
-
-
-def _load_params(task_type: TaskType, stored: Any) -> Any:
-    if task_type.params_model is None:
-        return stored
-    return task_type.params_model.model_validate(stored if stored is not None else {})
 
 
 def _log_crash(future: Future[None]) -> None:

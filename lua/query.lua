@@ -85,7 +85,10 @@ if source_kind == 'ix' then
     for _, b in ipairs(#bucket_list > 0 and bucket_list or (buckets_by_status[s] or {})) do
       local combo = s .. ':' .. b
       if want_name ~= '' then
-        sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. want_name
+        -- the sources are exact, so the name must pass the prefix filter here too
+        if want_prefix == '' or string.sub(want_name, 1, #want_prefix) == want_prefix then
+          sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. want_name
+        end
       else
         local names = rcall('HKEYS', root .. 'nm:' .. combo)
         for i = 1, #names do

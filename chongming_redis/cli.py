@@ -1,24 +1,342 @@
-"""The ``chongming-redis`` command line."""
+"""The ``chongming-redis`` command line.
+
+Every command takes ``--redis URL`` (or ``CHONGMING_REDIS_URL``) and ``--namespace``. A user
+mistake (unknown task, bad URL, Redis down, bad JSON) prints one line and exits 1, no traceback.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Annotated, Any, TypeVar
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+from chongming_redis.errors import StoreError
+from chongming_redis.model import TaskQuery, TaskStatus
+from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+console = Console()
+err = Console(stderr=True)
+T = TypeVar("T")
+
+RedisOpt = Annotated[
+    str | None,
+    typer.Option("--redis", envvar="CHONGMING_REDIS_URL", help="redis:// or unix:// URL"),
+]
+NamespaceOpt = Annotated[
+    str, typer.Option("--namespace", envvar="CHONGMING_NAMESPACE", help="store namespace")
+]
+BucketsOpt = Annotated[int, typer.Option("--num-buckets", help="deployment-wide bucket count")]
 
 
-@app.callback()
-def _root() -> None:
-    """chongming-redis: task state you can trust, inspect and control."""
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line."""
+
+
+def fail(message: str) -> None:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    try:
+        yield
+    except (UserError, StoreError, UnknownTask, InvalidParams, ValueError, TypeError) as exc:
+        fail(str(exc).splitlines()[0] if isinstance(exc, InvalidParams) else str(exc))
+
+
+def open_store(redis_url: str | None, namespace: str) -> Any:
+    from chongming_redis.stores.redis import RedisTaskStore
+
+    if not redis_url:
+        raise UserError("no Redis given: pass --redis URL or set CHONGMING_REDIS_URL")
+    store = RedisTaskStore.from_url(
+        redis_url, namespace=namespace, socket_timeout=5, socket_connect_timeout=2, retries=1
+    )
+    store.counts()  # fail now, with one line, if the server cannot be reached
+    return store
+
+
+def load_app(spec: str) -> App:
+    """``module:attribute`` naming an ``App``."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UserError(f"APP must look like 'package.module:app', not {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import {module_name!r}: {exc}") from None
+    found = getattr(module, attribute, None)
+    if not isinstance(found, App):
+        raise UserError(f"{spec!r} is not a chongming_redis App")
+    return found
+
+
+def client(redis_url: str | None, namespace: str, app_spec: str | None = None) -> Any:
+    from chongming_redis.runtime.controller import Controller
+
+    store = open_store(redis_url, namespace)
+    return Controller(store, app=load_app(app_spec) if app_spec else None, owner=_cli_owner())
+
+
+def _cli_owner() -> str:
+    return f"cli-{os.uname().nodename}-{os.getpid()}"
+
+
+# -- commands ----------------------------------------------------------------------------------
 
 
 @app.command()
-def demo() -> None:
-    """Run the example: create, claim and control tasks on a store, then print the audit."""
+def worker(
+    app_spec: Annotated[str, typer.Argument(metavar="APP", help="package.module:app")],
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+    concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
+    processes: Annotated[int, typer.Option(help="worker processes to start")] = 1,
+    num_buckets: BucketsOpt = 64,
+    task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,
+    worker_lease: Annotated[float, typer.Option(help="seconds")] = 5.0,
+    grace: Annotated[float, typer.Option(help="shutdown grace, seconds")] = 30.0,
+) -> None:
+    """Run tasks of APP: join the namespace's pool and serve a share of its buckets."""
+    with user_errors():
+        load_app(app_spec)
+        if processes > 1 or not redis:
+            run_workers(app_spec, redis, namespace, processes, [
+                f"--concurrency={concurrency}", f"--num-buckets={num_buckets}",
+                f"--task-lease={task_lease}", f"--worker-lease={worker_lease}",
+                f"--grace={grace}",
+            ])  # fmt: skip
+            return
+        from chongming_redis.runtime.buckets import BucketPolicy
+        from chongming_redis.runtime.controller import Controller
+
+        store = open_store(redis, namespace)
+        owner = f"{os.uname().nodename}-{os.getpid()}"
+        controller = Controller(
+            store, app=load_app(app_spec), owner=owner, concurrency=concurrency,
+            buckets=BucketPolicy(num_buckets), task_lease=task_lease,
+            reconcile_interval=max(0.5, min(5.0, task_lease / 2)),
+            command_poll_interval=0.5, start_poll_interval=1.0,
+        )  # fmt: skip
+        controller.join_pool(worker_lease=worker_lease)
+        err.print(f"worker {owner}: namespace {namespace!r}, {concurrency} slots")
+        controller.run_forever(grace=grace)
+
+
+def run_workers(
+    app_spec: str, redis: str | None, namespace: str, processes: int, options: list[str]
+) -> None:
+    """Start ``processes`` worker processes (and a private Redis if none is given); forward
+    SIGTERM/SIGINT to them and wait."""
+    from chongming_redis.embedded import EmbeddedRedis
+
+    embedded = None
+    if not redis:
+        embedded = EmbeddedRedis().start()
+        redis = embedded.url
+        err.print(f"started a private Redis ({embedded.origin}) at {redis}")
+    command = [sys.executable, "-m", "chongming_redis.cli", "worker", app_spec, f"--redis={redis}",
+               f"--namespace={namespace}", "--processes=1", *options]  # fmt: skip
+    children = [subprocess.Popen(command) for _ in range(max(1, processes))]
+
+    def forward(signum: int, frame: Any) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    try:
+        for child in children:
+            child.wait()
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+@app.command()
+def submit(
+    app_spec: Annotated[str, typer.Argument(metavar="APP")],
+    name: Annotated[str, typer.Argument(help="task type")],
+    params: Annotated[str, typer.Option(help="JSON parameters")] = "null",
+    key: Annotated[str | None, typer.Option(help="bucket key (default: task id)")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
+    count: Annotated[int, typer.Option(help="submit this many")] = 1,
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+    num_buckets: BucketsOpt = 64,
+) -> None:
+    """Submit tasks; prints their ids."""
+    with user_errors():
+        try:
+            decoded = json.loads(params)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--params is not JSON: {exc}") from None
+        from chongming_redis.runtime.buckets import BucketPolicy
+        from chongming_redis.runtime.controller import Controller
+
+        store = open_store(redis, namespace)
+        controller = Controller(store, app=load_app(app_spec), owner=_cli_owner(),
+                                buckets=BucketPolicy(num_buckets))  # fmt: skip
+        for _ in range(count):
+            console.print(controller.submit(name, decoded, key=key, tags=tag or ()))
+
+
+@app.command()
+def tasks(
+    status: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
+    name: str | None = None,
+    name_prefix: str | None = None,
+    tag: str | None = None,
+    bucket: Annotated[list[int] | None, typer.Option(help="repeatable")] = None,
+    pipeline: str | None = None,
+    limit: int = 50,
+    newest_first: bool = False,
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """List tasks (filters of TaskQuery)."""
+    with user_errors():
+        statuses = None if not status else frozenset(_status(s) for s in status)
+        query = TaskQuery(
+            statuses=statuses, name=name, name_prefix=name_prefix, tag=tag, limit=limit,
+            buckets=frozenset(bucket) if bucket else None, pipeline_run_id=pipeline,
+            newest_first=newest_first,
+        )  # fmt: skip
+        found = open_store(redis, namespace).query(query)
+        table = Table(title=f"{len(found)} task(s)")
+        for column in ("id", "name", "status", "v", "bucket", "attempt", "created", "owner"):
+            table.add_column(column)
+        for t in found:
+            table.add_row(
+                t.task_id, t.name, t.status.value, str(t.status_version), str(t.bucket),
+                str(t.attempt), f"{t.created_at:%H:%M:%S}", t.lease_owner or "",
+            )  # fmt: skip
+        console.print(table)
+
+
+@app.command()
+def show(
+    task_id: str,
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """One task: its snapshot and its history."""
+    with user_errors():
+        store = open_store(redis, namespace)
+        snapshot = store.get(task_id)
+        if snapshot is None:
+            raise UserError(f"no task {task_id!r} in namespace {namespace!r}")
+        table = Table(title=f"task {task_id}", show_header=False)
+        for field, value in vars(snapshot).items():
+            table.add_row(field, repr(value) if value is not None else "")
+        console.print(table)
+        history = Table(title="history")
+        for column in ("v", "from", "to", "at", "reason"):
+            history.add_column(column)
+        for entry in store.history(task_id):
+            history.add_row(str(entry.version), str(entry.from_status or ""), str(entry.to_status),
+                            entry.at.isoformat(), entry.reason or "")  # fmt: skip
+        console.print(history)
+
+
+def _control(action: str) -> Callable[..., None]:
+    def command(task_id: str, redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
+        with user_errors():
+            console.print(getattr(client(redis, namespace), action)(task_id))
+
+    command.__doc__ = f"{action.capitalize()} a task (through its holder, wherever it runs)."
+    command.__name__ = action
+    return command
+
+
+for _action in ("stop", "pause", "resume"):
+    app.command(name=_action)(_control(_action))
+
+
+@app.command()
+def stats(redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
+    """Counts per status and per bucket, live workers and their buckets."""
+    with user_errors():
+        store = open_store(redis, namespace)
+        counts = {s.value: n for s, n in store.counts().items()}
+        console.print(counts)
+        per_bucket = store.bucket_counts()
+        table = Table(title="per bucket (non-zero)")
+        table.add_column("bucket")
+        for s in TaskStatus:
+            table.add_column(s.value)
+        for b in sorted(per_bucket):
+            table.add_row(str(b), *(str(per_bucket[b][s]) for s in TaskStatus))
+        console.print(table)
+        workers, owners = store.pool_state()
+        now = datetime.now(timezone.utc)
+        wt = Table(title="workers")
+        for column in ("worker", "heartbeat valid for", "buckets"):
+            wt.add_column(column)
+        for w, until in sorted(workers.items()):
+            mine = sorted(b for b, o in owners.items() if o == w)
+            wt.add_row(w, f"{(until - now).total_seconds():.1f}s", f"{len(mine)}: {mine}")
+        console.print(wt)
+
+
+@app.command()
+def reconcile(redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
+    """Mark tasks whose lease expired LOST (and queue retries) once."""
+    with user_errors():
+        report = client(redis, namespace).reconcile()
+        console.print({"lost": report.lost, "retried": report.retried, "stalled": report.stalled})
+
+
+@app.command()
+def prune(
+    keep: Annotated[int, typer.Option(help="terminal tasks to keep")] = 1000,
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Drop the oldest terminal tasks beyond --keep, with their history."""
+    with user_errors():
+        console.print(f"pruned {open_store(redis, namespace).prune(keep_terminal=keep)} task(s)")
+
+
+@app.command()
+def demo(
+    redis: RedisOpt = None,
+    tasks_count: Annotated[int, typer.Option("--tasks")] = 300,
+    workers_count: Annotated[int, typer.Option("--workers")] = 3,
+) -> None:
+    """The multi-process demo on a private Redis (or --redis)."""
     from chongming_redis.demo import run_demo
 
-    run_demo()
+    with user_errors():
+        sys.exit(run_demo(redis_url=redis, tasks=tasks_count, workers=workers_count))
+
+
+def _status(text: str) -> TaskStatus:
+    try:
+        return TaskStatus(text.lower())
+    except ValueError:
+        known = ", ".join(s.value for s in TaskStatus)
+        raise UserError(f"unknown status {text!r} (one of: {known})") from None
 
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

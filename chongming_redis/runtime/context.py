@@ -89,6 +89,14 @@ class TaskContext:
                 self._lost_reason = reason
             self._cond.notify_all()
 
+    def take_progress(self) -> tuple[int, Progress | None]:
+        """The beat count and the progress not yet written (``None`` if unchanged), read and
+        marked written in one step, so a checkpoint in between is not lost."""
+        with self._cond:
+            progress = self.progress if self.progress_dirty else None
+            self.progress_dirty = False
+            return self.beats, progress
+
     def extend_lease(self, deadline: float) -> None:
         self._lease_deadline = deadline
 

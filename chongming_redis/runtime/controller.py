@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -53,6 +53,9 @@ from chongming_redis.runtime.retry import RetryPolicy
 from chongming_redis.stores.codec import encode_payload
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.validation import check_identifier
+
+if TYPE_CHECKING:
+    from chongming_redis.runtime.pool import BucketPool
 
 __all__ = ["Controller", "InvalidParams", "ReconcileReport", "UnknownTask"]
 
@@ -123,6 +126,7 @@ class Controller:
         self.max_result_bytes = max_result_bytes
         self.clock = ServerClock(store)
         self.app = app or App()
+        self.pool: BucketPool | None = None
         self._held: dict[str, _Held] = {}
         self._lock = threading.RLock()
         self._running = threading.Event()
@@ -233,11 +237,31 @@ class Controller:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def serve(self, buckets: Iterable[int] | None) -> None:
+        """Start ``PENDING`` tasks of these buckets only (``None``: every bucket). The pool
+        calls this as bucket leases move; running tasks are not affected."""
+        self.serve_buckets = None if buckets is None else frozenset(buckets)
+        self._wake_starter.set()
+
+    def join_pool(self, worker_lease: float = 5.0) -> BucketPool:
+        """Share the buckets with the other workers of the namespace (Redis stores only):
+        this controller then starts only the tasks of the buckets it holds."""
+        from chongming_redis.runtime.pool import BucketPool
+        from chongming_redis.stores.redis import RedisTaskStore
+
+        if not isinstance(self.store, RedisTaskStore):
+            raise TypeError("a bucket pool needs a RedisTaskStore")
+        self.pool = BucketPool(self, self.store, worker_lease=worker_lease)
+        self.serve(frozenset())  # nothing until the first tick says what is ours
+        return self.pool
+
     def start(self) -> None:
         """Start running tasks: the pool and the background threads."""
         if self._running.is_set():
             return
         self.clock.sync()
+        if self.pool is not None:
+            self.pool.start()
         self._running.set()
         self._accepting.set()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"{self.owner}-task")
@@ -258,6 +282,8 @@ class Controller:
         """Take no new work; let running tasks finish within ``grace`` seconds; then hand the
         rest back: ``"requeue"`` (back to ``PENDING``) or ``"stop"`` (``STOPPED``)."""
         self._accepting.clear()
+        if self.pool is not None:
+            self.pool.stop()
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and self._active():
             time.sleep(0.05)
@@ -435,6 +461,8 @@ class Controller:
         with held.write_lock:
             old = held.snapshot
             now = self.clock.now()
+            if "progress" not in changes and held.ctx.progress is not None:
+                changes["progress"] = held.ctx.progress  # not the stale one of the last save
             new = _advance(old, status, now, **changes)
             held.snapshot = new
             held.pending.append(
@@ -530,22 +558,26 @@ class Controller:
         ctx = held.ctx
         now = self.clock.now()
         args: dict[str, Any] = {}
-        if ctx.beats != held.heartbeat_written or lease:
+        beats, progress = ctx.take_progress()
+        if beats != held.heartbeat_written:  # the task's own signal: never the lease's
             args["heartbeat_at"] = now
-        if ctx.progress_dirty and ctx.progress is not None:
-            args["progress"] = ctx.progress
+        if progress is not None:
+            args["progress"] = progress
         if lease:
             args["lease_owner"] = self.owner
             args["lease_until"] = now + timedelta(seconds=self.task_lease)
-        beats, ctx.progress_dirty = ctx.beats, False
         with held.write_lock:
             try:
                 applied = _touch_fenced(
                     self.store, held.snapshot.task_id, held.stored_version, args
                 )
             except StoreUnavailable:
-                ctx.progress_dirty = "progress" in args or ctx.progress_dirty
+                ctx.progress_dirty = progress is not None or ctx.progress_dirty
                 return False
+            if applied:  # later saves write the whole row: carry what touch wrote
+                touched = {k: v for k, v in args.items() if k in ("heartbeat_at", "progress")}
+                if touched:
+                    held.snapshot = dataclasses.replace(held.snapshot, **touched)
         if not applied:
             held.ctx.lose("another writer moved it on (its version changed)")
             log.error("%s: lost task %s: its version moved on without us",
@@ -669,10 +701,13 @@ class Controller:
         now = self.clock.now()
         for snapshot in self.store.query(TaskQuery(statuses=frozenset(HELD))):
             with self._lock:
-                if snapshot.task_id in self._held:
-                    continue  # ours: we renew its lease
-            if not _lease_expired(snapshot, now, self.task_lease):
-                if _heartbeat_stalled(snapshot, now, self.stall_after):
+                ours = snapshot.task_id in self._held  # we renew its lease
+            if snapshot.status is TaskStatus.PAUSED and snapshot.lease_owner is None:
+                continue  # paused before it started: nobody holds it, no lease can expire
+            if ours or not _lease_expired(snapshot, now, self.task_lease):
+                if snapshot.status is TaskStatus.RUNNING and _heartbeat_stalled(
+                    snapshot, now, self.stall_after
+                ):
                     report.stalled.append(snapshot.task_id)
                 continue
             lost = _advance(snapshot, TaskStatus.LOST, now)

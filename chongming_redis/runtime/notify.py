@@ -24,6 +24,7 @@ class LocalNotifier:
 
     def __init__(self, scope: object) -> None:
         self._scope = id(scope)
+        self._mine: list[tuple[tuple[int, str], threading.Event]] = []
 
     def publish(self, topic: str) -> None:
         with self._lock:
@@ -33,11 +34,18 @@ class LocalNotifier:
     def subscribe(self, topic: str, event: threading.Event) -> None:
         with self._lock:
             self._events.setdefault((self._scope, topic), []).append(event)
+            self._mine.append(((self._scope, topic), event))
 
     def close(self) -> None:
+        """Drop this notifier's own subscriptions (other controllers on the store keep theirs)."""
         with self._lock:
-            for key in [k for k in self._events if k[0] == self._scope]:
-                del self._events[key]
+            for key, event in self._mine:
+                events = self._events.get(key, [])
+                if event in events:
+                    events.remove(event)
+                if not events:
+                    self._events.pop(key, None)
+            self._mine.clear()
 
 
 class RedisNotifier:
@@ -62,11 +70,16 @@ class RedisNotifier:
             self._thread.start()
 
     def _listen(self) -> None:
+        subscribed: set[str] = set()
         while not self._closed.is_set():
             try:
                 if self._pubsub is None:
                     self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-                    self._pubsub.subscribe(*self._events)
+                    subscribed = set()
+                missing = set(self._events) - subscribed  # topics added after the first
+                if missing:
+                    self._pubsub.subscribe(*missing)
+                    subscribed |= missing
                 message = self._pubsub.get_message(timeout=0.5)
                 if message is not None:
                     for event in self._events.get(message["channel"].decode(), []):

@@ -21,6 +21,10 @@ key                   type    meaning
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
 ``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
 ``{ns}:cr:<token>``   list    the command ids one ``claim_commands`` call leased (retry memo)
+``{ns}:workers``      zset    live pool workers; score = heartbeat expiry (ms)
+``{ns}:bucket-owner`` hash    bucket -> the worker holding its lease
+``{ns}:bucket-until`` hash    bucket -> that lease's expiry (ms)
+``{ns}:meta``         hash    ``num_buckets`` recorded by the first worker
 ====================  ======  =================================================================
 
 Why identifiers are safe verbatim: the hash tag is the *first* ``{...}`` of a key, and it comes
@@ -104,6 +108,10 @@ class Keys:
         self.counts = self.root + "counts"
         self.command_queue = self.root + "cq"
         self.command_leases = self.root + "cl"
+        self.workers = self.root + "workers"
+        self.bucket_owner = self.root + "bucket-owner"
+        self.bucket_until = self.root + "bucket-until"
+        self.meta = self.root + "meta"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id

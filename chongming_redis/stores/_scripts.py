@@ -84,5 +84,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "release_command",
     "prune",
     "query",
+    "pool_tick",
 )
 READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query"})

@@ -321,6 +321,48 @@ class RedisTaskStore:
                 per[TaskStatus(status)] = int(value)
         return result
 
+    def pool_tick(
+        self,
+        *,
+        worker: str,
+        now: datetime,
+        lease_seconds: float,
+        num_buckets: int,
+        wanted: Sequence[int],
+        leaving: bool = False,
+    ) -> tuple[list[int], list[str]]:
+        """One worker's heartbeat and bucket leases in one step (``lua/pool_tick.lua``).
+        Returns ``(buckets this worker now holds, live workers)``; raises ``StoreError`` when
+        the namespace recorded another ``num_buckets``."""
+        k = self.keys
+        keys = [k.workers, k.bucket_owner, k.bucket_until, k.meta]
+        now_ms = encode_dt(now) // 1000
+        args = [worker, now_ms, max(1, round(lease_seconds * 1000)), num_buckets,
+                "1" if leaving else "0", len(wanted), *wanted]  # fmt: skip
+        reply = self._run("pool_tick", keys, args)
+        if reply[0] == "MISMATCH":
+            raise StoreError(
+                f"namespace {self.namespace!r} runs with num_buckets={_text(reply[1])}, "
+                f"this worker has {num_buckets}: every worker must use the same value"
+            )
+        return [int(b) for b in reply[1]], [_text(w) for w in reply[2]]
+
+    def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
+        """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""
+        k = self.keys
+        workers: list[tuple[bytes, float]] = self._read(
+            k.workers,
+            lambda c: c.zrange(k.workers, 0, -1, withscores=True),  # type: ignore[arg-type,return-value]
+        )
+        owners: dict[bytes, bytes] = self._read(
+            k.bucket_owner,
+            lambda c: c.hgetall(k.bucket_owner),  # type: ignore[arg-type,return-value]
+        )
+        return (
+            {_text(w): decode_dt(int(score) * 1000) for w, score in workers},
+            {int(b): _text(w) for b, w in owners.items()},
+        )
+
     @property
     def client(self) -> redis.Redis:
         """The redis-py client (for the runtime's pub/sub nudges)."""

@@ -1,0 +1,113 @@
+"""Bucket ownership across worker processes and machines.
+
+Each worker registers with a heartbeat and holds leases on its share of the buckets, all in
+Redis (``lua/pool_tick.lua``). The share is decided by rendezvous hashing over the live workers:
+every worker computes the same assignment from the same member list, and a worker joining or
+leaving moves only the buckets it gains or loses (about ``1/n`` of them). A bucket whose owner
+died is free once its lease expires, so buckets move within at most two worker leases.
+
+Ownership decides who *starts* a bucket's ``PENDING`` tasks; it is not the fence. The start is a
+compare-and-set ``PENDING -> RUNNING``, so two workers that both believe they own a bucket
+still never both start a task. A worker that loses a bucket lets its running tasks finish under
+their own task leases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from chongming_redis.errors import StoreError, StoreUnavailable
+
+if TYPE_CHECKING:
+    from chongming_redis.runtime.controller import Controller
+    from chongming_redis.stores.redis import RedisTaskStore
+
+log = logging.getLogger("chongming_redis.pool")
+
+
+def rendezvous(workers: Iterable[str], num_buckets: int) -> dict[str, frozenset[int]]:
+    """Rendezvous hashing with bounded load: each bucket goes to the worker with the highest
+    hash of ``(worker, bucket)`` that still has room (at most ``ceil(buckets / workers)``).
+    Plain rendezvous leaves shares very uneven with few buckets; the bound keeps them within
+    one of each other while a join or a leave still moves about ``1/n`` of the buckets."""
+    members = sorted(set(workers))
+    if not members:
+        return {}
+    room = -(-num_buckets // len(members))
+    share: dict[str, set[int]] = {w: set() for w in members}
+    for bucket in range(num_buckets):
+        for worker in sorted(members, key=lambda w: _weight(w, bucket), reverse=True):
+            if len(share[worker]) < room:
+                share[worker].add(bucket)
+                break
+    return {w: frozenset(b) for w, b in share.items()}
+
+
+def _weight(worker: str, bucket: int) -> bytes:
+    return hashlib.blake2b(f"{worker}\x00{bucket}".encode(), digest_size=8).digest()
+
+
+class BucketPool:
+    def __init__(self, controller: Controller, store: RedisTaskStore, *, worker_lease: float = 5.0):
+        self.controller = controller
+        self.store = store
+        self.worker_lease = worker_lease
+        self.held: frozenset[int] = frozenset()
+        self.live: list[str] = []
+        self.moves = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def owner(self) -> str:
+        return self.controller.owner
+
+    def tick(self, *, leaving: bool = False) -> frozenset[int]:
+        """Heartbeat, then renew / take / release bucket leases. Raises ``StoreError`` (not
+        ``StoreUnavailable``) when the namespace runs with another ``num_buckets``."""
+        num_buckets = self.controller.buckets.num_buckets
+        members = {*self.live, self.owner}
+        wanted = sorted(rendezvous(members, num_buckets)[self.owner])
+        held, live = self.store.pool_tick(
+            worker=self.owner, now=self.controller.clock.now(),
+            lease_seconds=self.worker_lease, num_buckets=num_buckets,
+            wanted=[] if leaving else wanted, leaving=leaving,
+        )  # fmt: skip
+        self.live = live
+        new = frozenset(held)
+        if new != self.held:
+            gained, lost = sorted(new - self.held), sorted(self.held - new)
+            self.moves += len(gained) + len(lost)
+            log.info("%s: buckets +%s -%s (now %d, %d live workers)",
+                     self.owner, gained, lost, len(new), len(live))  # fmt: skip
+            self.held = new
+            self.controller.serve(new)
+        return new
+
+    def start(self) -> None:
+        self.tick()  # refuse to start on a num_buckets mismatch, before any task runs
+        self._thread = threading.Thread(target=self._loop, name=f"{self.owner}-pool", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.worker_lease / 3):
+            try:
+                self.tick()
+            except StoreUnavailable as exc:
+                log.warning("%s: pool heartbeat failed: %s", self.owner, exc)
+            except StoreError as exc:
+                log.error("%s: pool: %s", self.owner, exc)
+
+    def stop(self) -> None:
+        """Leave the pool: release every bucket and unregister, so others take over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.tick(leaving=True)
+        except StoreError as exc:
+            log.warning("%s: could not leave the pool cleanly: %s", self.owner, exc)

@@ -21,6 +21,7 @@ key                   type    meaning
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
 ``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
 ``{ns}:cr:<token>``   list    the command ids one ``claim_commands`` call leased (retry memo)
+``{ns}:sr:<token>``   list    the task ids one ``start_tasks`` call started (retry memo)
 ``{ns}:workers``      zset    live pool workers; score = heartbeat expiry (ms)
 ``{ns}:bucket-owner`` hash    bucket -> the worker holding its lease
 ``{ns}:bucket-until`` hash    bucket -> that lease's expiry (ms)
@@ -137,6 +138,9 @@ class Keys:
 
     def claim_memo(self, token: str) -> str:
         return self.root + "cr:" + token
+
+    def start_memo(self, token: str) -> str:
+        return self.root + "sr:" + token
 
     def pattern(self) -> str:
         """The ACL key pattern that covers the namespace (glob-escaped)."""

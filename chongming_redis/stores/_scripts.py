@@ -85,5 +85,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "prune",
     "query",
     "pool_tick",
+    "start_tasks",
+    "commit_tasks",
 )
 READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query"})

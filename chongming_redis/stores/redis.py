@@ -230,8 +230,7 @@ class RedisTaskStore:
     # -- audit history ---------------------------------------------------------------------
 
     def append(self, transition: Transition) -> None:
-        row = transition_to_row(check.check_transition(transition))
-        entry = msgpack.packb([row[c] for c in _ENTRY_COLUMNS], use_bin_type=True)
+        entry = _entry(check.check_transition(transition))
         self._run("append", [self.keys.history(transition.task_id)], [transition.version, entry])
 
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
@@ -303,6 +302,64 @@ class RedisTaskStore:
         args = [fence, len(deletes), *deletes, *writes]
         reply = self._run("touch", [self.keys.task(task_id)], args)
         return len(reply) == 1
+
+    # -- runtime extensions: batched starts and commits (one round trip each) --------------
+
+    def start_tasks(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Sequence[int],
+        limit: int = 50,
+    ) -> list[TaskSnapshot]:
+        """Start up to ``limit`` ``PENDING`` tasks of ``buckets`` whose ``not_before`` has
+        passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
+        heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
+        the started tasks as stored."""
+        check_identifier(owner, "owner")
+        check_int(limit, "limit", minimum=1, maximum=100)
+        for bucket in buckets:
+            check_int(bucket, "bucket", maximum=2**31 - 1)
+        token = _token()
+        memo_ms = max(1000, math.ceil((lease_until - now).total_seconds() * 1000))
+        keys = [self.keys.root, self.keys.start_memo(token)]
+        wanted = sorted(set(buckets))
+        args = [owner, encode_dt(now), encode_dt(lease_until), limit, token, memo_ms,
+                len(wanted), *wanted]  # fmt: skip
+        reply = self._run("start_tasks", keys, args)
+        return [
+            self._decode_task(_text(reply[i]), _pairs(reply[i + 1]))
+            for i in range(1, len(reply), 2)
+        ]
+
+    def commit_tasks(
+        self, items: Sequence[tuple[TaskSnapshot, int, Sequence[Transition]]]
+    ) -> list[ConcurrencyConflict | None]:
+        """Save each snapshot (compare-and-set on its expected version, never the lease) and
+        append its transitions: one round trip per 100 items (``lua/commit_tasks.lua``).
+        Returns, per item, ``None`` when written (or already written by a retried call) or the
+        ``ConcurrencyConflict`` it met; a conflicting item writes nothing. Items must name
+        distinct tasks (each is checked against the state before the call)."""
+        results: list[ConcurrencyConflict | None] = []
+        for start in range(0, len(items), 100):
+            batch = items[start : start + 100]
+            args: list[Any] = [len(batch)]
+            for snapshot, expect, transitions in batch:
+                row = snapshot_to_row(check.check_save(snapshot, expect))
+                args += self._task_args(row, expect, counted=True)
+                args.append(len(transitions))
+                for transition in transitions:
+                    args += [transition.version, _entry(check.check_transition(transition))]
+            reply = self._run("commit_tasks", [self.keys.root], args)
+            for i, (snapshot, expect, _) in enumerate(batch):
+                code, actual = _text(reply[1 + 2 * i]), _text(reply[2 + 2 * i])
+                conflict = ConcurrencyConflict(
+                    snapshot.task_id, expect, int(actual) if actual else None
+                )
+                results.append(conflict if code == "CONFLICT" else None)
+        return results
 
     def server_time(self) -> datetime:
         """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
@@ -495,12 +552,16 @@ class RedisTaskStore:
 
     # -- encoding --------------------------------------------------------------------------
 
-    def _task_args(self, row: Row, expect: int | str, *, with_lease: bool = False) -> list[Any]:
-        """create writes the whole task, lease included; save never writes the lease."""
+    def _task_args(
+        self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
+    ) -> list[Any]:
+        """create writes the whole task, lease included; save never writes the lease.
+        ``counted``: the pairs are preceded by their number (commit_tasks' layout)."""
         skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
         columns = {c: v for c, v in row.items() if c not in skip}
         writes, deletes = _hash_changes(columns, TASK_FIELDS)
-        return [row["task_id"], _token(), expect, len(deletes), *deletes, *writes]
+        count = [len(writes) // 2] if counted else []
+        return [row["task_id"], _token(), expect, len(deletes), *deletes, *count, *writes]
 
     def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
         key = self.keys.task(task_id)
@@ -539,6 +600,12 @@ class RedisTaskStore:
 
 
 _ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
+
+
+def _entry(transition: Transition) -> bytes:
+    """A history entry as stored: msgpack ``[version, from, to, at_us, reason]``."""
+    row = transition_to_row(transition)
+    return bytes(msgpack.packb([row[c] for c in _ENTRY_COLUMNS], use_bin_type=True))
 
 
 def _choose_source(q: TaskQuery) -> tuple[str, str]:

@@ -50,6 +50,20 @@ local function read_list(pos)
   return items, pos + tonumber(n) + 1
 end
 
+-- A counted list of field/value pairs: ARGV[pos] is the number of pairs. Returns the flat
+-- list, a lookup table and the position after them, or nil when malformed.
+local function read_counted_pairs(pos)
+  local n = ARGV[pos]
+  if not is_uint(n) or pos + 2 * tonumber(n) > #ARGV then return nil, nil, pos end
+  local flat, map = {}, {}
+  for i = pos + 1, pos + 2 * tonumber(n), 2 do
+    flat[#flat + 1] = ARGV[i]
+    flat[#flat + 1] = ARGV[i + 1]
+    map[ARGV[i]] = ARGV[i + 1]
+  end
+  return flat, map, pos + 2 * tonumber(n) + 1
+end
+
 -- Field/value pairs from ARGV[pos] to the end, as a flat list and as a lookup table.
 local function read_pairs(pos)
   local flat, map = {}, {}

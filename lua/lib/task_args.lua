@@ -1,26 +1,35 @@
--- lib/task_args: the ARGV layout shared by create and save, parsed and validated in one place.
+-- lib/task_args: the ARGV layout shared by create, save and commit_tasks, parsed and validated
+-- in one place. From position `pos` (1 for create and save):
 --
---   ARGV[1]          task id
---   ARGV[2]          write token (random per call; a retry of the same call repeats it)
---   ARGV[3]          expected status_version ('' for create)
---   ARGV[4]          number of fields to delete, then their names
---   next             field/value pairs to write (short field names of stores/_keys.py)
+--   ARGV[pos]        task id
+--   ARGV[pos + 1]    write token (random per call; a retry of the same call repeats it)
+--   ARGV[pos + 2]    expected status_version ('' for create)
+--   ARGV[pos + 3]    number of fields to delete, then their names
+--   next             field/value pairs to write (short field names of stores/_keys.py): to the
+--                    end of ARGV, or (`counted`) preceded by their number
 --
 --- @include "lib/common"
 --- @include "lib/task_view"
 
 local LEASE_FIELDS = { lo = true, lu = true }
 
--- Returns args = { id, token, expect, dels, writes, view, version } or (nil, badarg reply).
--- Only create passes allow_lease: a new task is written whole, lease included; save never
--- writes or deletes the lease columns.
-local function read_task_args(allow_lease)
-  local args = { id = ARGV[1], token = ARGV[2], expect = ARGV[3] }
+-- Returns (args = { id, token, expect, dels, writes, view, version }, nil, next position) or
+-- (nil, badarg reply). Only create passes allow_lease: a new task is written whole, lease
+-- included; save never writes or deletes the lease columns.
+local function read_task_args(allow_lease, pos, counted)
+  pos = pos or 1
+  local args = { id = ARGV[pos], token = ARGV[pos + 1], expect = ARGV[pos + 2] }
   if not args.id or args.id == '' then return nil, badarg('task id missing') end
   if not args.token or args.token == '' then return nil, badarg('write token missing') end
-  local dels, pos = read_list(4)
+  local dels, at = read_list(pos + 3)
   if not dels then return nil, badarg('delete list malformed') end
-  local writes, map = read_pairs(pos)
+  local writes, map, after
+  if counted then
+    writes, map, after = read_counted_pairs(at)
+  else
+    writes, map = read_pairs(at)
+    after = #ARGV + 1
+  end
   if not writes then return nil, badarg('field/value pairs malformed') end
   for i = 1, #dels do
     if LEASE_FIELDS[dels[i]] and not allow_lease then
@@ -42,5 +51,5 @@ local function read_task_args(allow_lease)
   view.tags = decode_tags(view.g)
   if not view.tags then return nil, badarg('tags are not a JSON array of strings') end
   args.dels, args.writes, args.view, args.version = dels, writes, view, map.v
-  return args, nil
+  return args, nil, after
 end

@@ -1,0 +1,103 @@
+#!lua
+--[[ commit_tasks: save several tasks and append their history, in one round trip.
+
+The runtime's write-through: each item is a `save` (compare-and-set on status_version, never
+the lease columns) plus the history entries of the transitions it makes. Items are independent:
+one item's conflict does not stop the others.
+
+KEYS[1]  {ns}:   the namespace root; task, history and index keys are derived from it
+ARGV[1]  number of items; then per item:
+         the lib/task_args layout (counted pairs), then the number of history entries, then
+         (version, encoded entry) per entry
+
+Replies
+  {'OK', code1, actual1, code2, actual2, ...}   per item: 'OK' (written), 'APPLIED' (this
+        call's token is already there: a retry), or 'CONFLICT' with the stored version ('' if
+        the task does not exist); nothing is written for a conflicting item
+  {'CORRUPT', key, field, detail}   an item's stored task or history does not decode; nothing
+        written for any item
+  {'BADARG', detail}
+
+Invariants: as save and append; all validation happens before the first write.
+Bound: at most 100 items per call (the caller batches), each O(tags + entries) commands.
+]]
+--- @include "lib/common"
+--- @include "lib/indexes"
+--- @include "lib/task_args"
+
+local root = KEYS[1]
+local count = ARGV[1]
+if not is_uint(count) or tonumber(count) > 100 then return badarg('item count malformed') end
+
+-- Pass 1: parse and classify every item; no writes.
+local items, pos = {}, 2
+for i = 1, tonumber(count) do
+  local args, err, after = read_task_args(false, pos, true)
+  if not args then return err end
+  if not is_uint(args.expect) then return badarg('expected version malformed') end
+  local entries, p = {}, after
+  local n = ARGV[p]
+  if not is_uint(n) then return badarg('entry count malformed') end
+  for e = 1, tonumber(n) do
+    local version, entry = ARGV[p + 2 * e - 1], ARGV[p + 2 * e]
+    if not is_uint(version) or not entry or entry == '' then return badarg('entry malformed') end
+    entries[e] = { version = version, entry = entry }
+  end
+  pos = p + 2 * tonumber(n) + 1
+  local key = root .. 't:' .. args.id
+  local item = { args = args, key = key, entries = entries, code = 'OK', actual = '' }
+  local kind = key_type(key)
+  if kind == 'none' then
+    item.code = 'CONFLICT'
+  elseif kind ~= 'hash' then
+    return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
+  else
+    local stored = rcall('HMGET', key, 'v', 'w')
+    if not is_uint(stored[1]) then
+      return corrupt(key, 'v', 'status_version is missing or not a canonical integer')
+    end
+    if stored[1] ~= args.expect then
+      if stored[1] == args.version and stored[2] == args.token then
+        item.code = 'APPLIED'
+      else
+        item.code, item.actual = 'CONFLICT', stored[1]
+      end
+    else
+      local old, bad = read_index_view(key)
+      if not old then return bad end
+      item.old = old
+    end
+  end
+  local history = root .. 'h:' .. args.id
+  local hkind = key_type(history)
+  if hkind ~= 'none' and hkind ~= 'zset' then
+    return corrupt(history, '', 'key holds a ' .. hkind .. ', not a sorted set')
+  end
+  item.history = history
+  items[i] = item
+end
+if pos ~= #ARGV + 1 then return badarg('trailing arguments') end
+
+-- Pass 2: writes.
+local reply = { 'OK' }
+for _, item in ipairs(items) do
+  local args = item.args
+  if item.code == 'OK' then
+    if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
+    rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
+    if index_view_changed(item.old, args.view) then
+      index_remove(root, args.id, item.old)
+      index_add(root, args.id, args.view)
+    end
+  end
+  if item.code ~= 'CONFLICT' then
+    for _, e in ipairs(item.entries) do
+      if rcall('ZCOUNT', item.history, e.version, e.version) == 0 then
+        rcall('ZADD', item.history, e.version, e.entry)
+      end
+    end
+  end
+  reply[#reply + 1] = item.code
+  reply[#reply + 1] = item.actual
+end
+return reply

@@ -1,0 +1,118 @@
+#!lua
+--[[ start_tasks: start up to `limit` PENDING tasks of the given buckets, in one round trip.
+
+For each task, oldest created_at first, whose not_before has passed: the compare-and-set
+PENDING -> RUNNING (version + 1), the lease (owner, until) and heartbeat, the index move, and
+the history entry "started by <owner> (attempt N)". Atomic as a whole, so a task is started by
+exactly one caller; the batch replaces one query, one save, one append and one touch per task.
+
+KEYS[1]  {ns}:          the namespace root; index, task and history keys are derived from it
+KEYS[2]  {ns}:sr:<tok>  memo of the ids this call started (a list with a TTL)
+ARGV[1]  owner
+ARGV[2]  now (us)
+ARGV[3]  lease_until (us)
+ARGV[4]  limit (1..100)
+ARGV[5]  write token
+ARGV[6]  memo TTL in milliseconds
+ARGV[7]  number of buckets, then the buckets
+
+Replies
+  {'OK', id1, fields1, id2, fields2, ...}   the started tasks as HGETALL gives them
+  {'CORRUPT', key, field, detail}   a candidate does not decode; nothing written
+  {'BADARG', detail}
+
+Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the tasks it
+started are returned again and nothing new is started.
+Invariants: only PENDING tasks move, each by one version; never touches another status.
+Bound: at most 4 * limit candidates examined, `limit` started.
+]]
+--- @include "lib/common"
+--- @include "lib/indexes"
+--- @include "lib/msgpack_entry"
+
+local root, memo = KEYS[1], KEYS[2]
+local owner, now, lease_until, limit, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local memo_ttl = ARGV[6]
+if not owner or owner == '' or not token or token == '' then return badarg('owner/token') end
+for _, v in ipairs({ now, lease_until, limit, memo_ttl }) do
+  if not is_uint(v) then return badarg('numeric argument malformed') end
+end
+limit = tonumber(limit)
+if limit < 1 or limit > 100 then return badarg('limit out of range') end
+local buckets = read_list(7)
+if not buckets then return badarg('bucket list malformed') end
+
+if rcall('EXISTS', memo) == 1 then
+  local reply = { 'OK' }
+  for _, id in ipairs(rcall('LRANGE', memo, 0, -1)) do
+    reply[#reply + 1] = id
+    reply[#reply + 1] = rcall('HGETALL', root .. 't:' .. id)
+  end
+  return reply
+end
+
+-- Candidates: the oldest `4 * limit` entries over the pending index keys of these buckets.
+local scan = 4 * limit
+local candidates = {}
+for _, b in ipairs(buckets) do
+  if not is_uint(b) then return badarg('bucket malformed') end
+  local combo = 'pending:' .. b
+  local names = rcall('HKEYS', root .. 'nm:' .. combo)
+  for _, name in ipairs(names) do
+    local raw = rcall('ZRANGE', root .. 'ix:' .. combo .. ':' .. name, 0, scan - 1, 'WITHSCORES')
+    for i = 1, #raw, 2 do
+      candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
+    end
+  end
+end
+table.sort(candidates, function(a, b)
+  if a.score ~= b.score then return a.score < b.score end
+  return bytes_less(a.id, b.id)
+end)
+
+-- Pass 1: read and validate; pick the ones that may start now.
+local chosen = {}
+for i = 1, math.min(#candidates, scan) do
+  if #chosen >= limit then break end
+  local id = candidates[i].id
+  local key = root .. 't:' .. id
+  if key_type(key) ~= 'hash' then return corrupt(key, '', 'indexed task is missing or not a hash') end
+  local view, bad = read_index_view(key)
+  if not view then return bad end
+  local extra = rcall('HMGET', key, 'v', 'nb', 'at')
+  if not is_uint(extra[1]) then return corrupt(key, 'v', 'status_version malformed') end
+  if extra[2] and not is_uint(extra[2]) then return corrupt(key, 'nb', 'not_before malformed') end
+  if extra[3] and not is_uint(extra[3]) then return corrupt(key, 'at', 'attempt malformed') end
+  local hkind = key_type(root .. 'h:' .. id)
+  if hkind ~= 'none' and hkind ~= 'zset' then
+    return corrupt(root .. 'h:' .. id, '', 'history is not a sorted set')
+  end
+  if view.s == 'pending' and (not extra[2] or tonumber(extra[2]) <= tonumber(now)) then
+    chosen[#chosen + 1] = { id = id, key = key, view = view, version = tonumber(extra[1]),
+                            attempt = extra[3] or '1' }
+  end
+end
+
+-- Pass 2: writes.
+local reply = { 'OK' }
+for _, c in ipairs(chosen) do
+  local version = c.version + 1
+  local running = {}
+  for k, v in pairs(c.view) do running[k] = v end
+  running.s = 'running'
+  rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', version), 'u', now, 'hb', now,
+    'lo', owner, 'lu', lease_until, 'w', token)
+  index_remove(root, c.id, c.view)
+  index_add(root, c.id, running)
+  local history = root .. 'h:' .. c.id
+  if rcall('ZCOUNT', history, version, version) == 0 then
+    local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'
+    rcall('ZADD', history, version,
+      history_entry(version, 'pending', 'running', tonumber(now), reason))
+  end
+  rcall('RPUSH', memo, c.id)
+  reply[#reply + 1] = c.id
+  reply[#reply + 1] = rcall('HGETALL', c.key)
+end
+if #chosen > 0 then rcall('PEXPIRE', memo, memo_ttl) end
+return reply

@@ -420,7 +420,9 @@ class Controller:
             message = f"result is {len(encoded)} bytes; at most {self.max_result_bytes} are stored"
             self._fail(held, Failure("ResultTooLarge", message))
             return
-        self._finish(held, TaskStatus.SUCCEEDED, result=result, outcome="already-terminal")
+        # failure=None: a retried task that now succeeds no longer shows the earlier failure
+        self._finish(held, TaskStatus.SUCCEEDED, result=result, failure=None,
+                     outcome="already-terminal")  # fmt: skip
 
     def _fail(self, held: _Held, failure: Failure) -> None:
         if self.retry.retry_failures and self.retry.allows(held.snapshot.attempt):

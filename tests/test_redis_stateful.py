@@ -583,7 +583,7 @@ def test_redis_store_on_fakeredis_matches_the_reference_on_random_operation_sequ
         client = fakeredis.FakeRedis(decode_responses=False)
         return RedisTaskStore(client, namespace="sm", check_server=False)
 
-    _run(factory, max_examples=40, check_reach=False)
+    _run(factory, max_examples=30, check_reach=False)
 
 
 def test_the_comparison_is_strict() -> None:

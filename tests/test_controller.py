@@ -473,11 +473,6 @@ def test_a_task_paused_before_it_started_is_never_marked_lost(store: Any, make: 
     assert store.get(task_id).status is PA
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design gap: a PAUSED task counts as unheld only while lease_owner is None, but a "
-    "requeued or retried task keeps its last holder's lease columns (save never writes them)",
-)
 def test_a_requeued_task_paused_before_its_restart_is_not_marked_lost(
     store: Any, make: Any
 ) -> None:

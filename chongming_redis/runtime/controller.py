@@ -130,6 +130,7 @@ class Controller:
         self._held: dict[str, _Held] = {}
         self._lock = threading.RLock()
         self._running = threading.Event()
+        self._stopping = threading.Event()
         self._accepting = threading.Event()
         self._wake_commands = threading.Event()
         self._wake_starter = threading.Event()
@@ -232,7 +233,7 @@ class Controller:
         command_id = f"cmd-{secrets.token_hex(8)}"
         command = Command(command_id, task_id, kind, self.clock.now(), issued_by=self.owner)
         self.store.submit_command(command)
-        self.notifier.publish(snapshot.lease_owner or WORK)
+        self.notifier.publish(holder(snapshot) or WORK)
         return f"sent:{command_id}"
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -291,6 +292,7 @@ class Controller:
             self._hand_back(held, hand_back)
         self._flush_all(deadline=time.monotonic() + 5)
         self._running.clear()
+        self._stopping.set()
         self._wake_commands.set()
         self._wake_starter.set()
         for thread in self._threads:
@@ -622,9 +624,7 @@ class Controller:
             self._complete(command.command_id, now, "no-such-task")
         elif snapshot.status.is_terminal:
             self._complete(command.command_id, now, "already-terminal")
-        elif snapshot.status is TaskStatus.PENDING or (
-            snapshot.status is TaskStatus.PAUSED and snapshot.lease_owner is None
-        ):
+        elif holder(snapshot) is None:
             self._complete(command.command_id, now, self._control_unheld(snapshot, command))
         else:  # held by another process: hand it back at once so the holder can claim it
             self.store.release_command(command.command_id, now=now)
@@ -682,7 +682,9 @@ class Controller:
 
     def _reconcile_loop(self) -> None:
         while self._running.is_set():
-            time.sleep(self.reconcile_interval)
+            self._stopping.wait(self.reconcile_interval)
+            if not self._running.is_set():
+                return
             try:
                 report = self.reconcile()
             except StoreError as exc:
@@ -704,8 +706,8 @@ class Controller:
         for snapshot in self.store.query(TaskQuery(statuses=frozenset(HELD))):
             with self._lock:
                 ours = snapshot.task_id in self._held  # we renew its lease
-            if snapshot.status is TaskStatus.PAUSED and snapshot.lease_owner is None:
-                continue  # paused before it started: nobody holds it, no lease can expire
+            if snapshot.status is TaskStatus.PAUSED and holder(snapshot) is None:
+                continue  # paused while nobody ran it: no lease can expire
             if ours or not _lease_expired(snapshot, now, self.task_lease):
                 if snapshot.status is TaskStatus.RUNNING and _heartbeat_stalled(
                     snapshot, now, self.stall_after
@@ -787,6 +789,18 @@ def _touch_fenced(store: TaskStore, task_id: str, version: int, args: dict[str, 
         return bool(fenced(task_id, expect_version=version, **args))
     store.touch(task_id, **args)  # a third-party store without the fence: best effort
     return True
+
+
+def holder(snapshot: TaskSnapshot) -> str | None:
+    """Who supervises the task, judged from the store alone: the lease owner, if the lease was
+    written after the task's last change. A task paused or requeued while nobody ran it keeps
+    the lease fields of an earlier attempt (``save`` never writes them), but that lease is
+    older than the change, so nobody holds it. ``PENDING`` tasks have no holder."""
+    if snapshot.status not in HELD or snapshot.lease_owner is None:
+        return None
+    if snapshot.lease_until is None or snapshot.lease_until <= snapshot.updated_at:
+        return None
+    return snapshot.lease_owner
 
 
 def _lease_expired(snapshot: TaskSnapshot, now: datetime, lease: float) -> bool:

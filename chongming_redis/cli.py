@@ -45,7 +45,8 @@ class UserError(Exception):
 
 
 def fail(message: str) -> None:
-    err.print(f"[red]error:[/] {message}", highlight=False)
+    # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
+    err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -54,7 +55,22 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (UserError, StoreError, UnknownTask, InvalidParams, ValueError, TypeError) as exc:
-        fail(str(exc).splitlines()[0] if isinstance(exc, InvalidParams) else str(exc))
+        fail(_params_line(str(exc)) if isinstance(exc, InvalidParams) else str(exc))
+
+
+def _params_line(text: str) -> str:
+    """pydantic's multi-line report as one line: ``... for Model: frames: Input should be ...``
+    (each error is a location line, an indented message and an indented link)."""
+    head, *rest = text.splitlines()
+    errors, location = [], ""
+    for line in rest:
+        if not line.startswith(" "):
+            location = line
+        elif not line.startswith("    "):
+            message = line.strip().split(" [type=", 1)[0]
+            errors.append(f"{location}: {message}" if location else message)
+            location = ""
+    return f"{head}: {'; '.join(errors)}" if errors else head
 
 
 def open_store(redis_url: str | None, namespace: str) -> Any:

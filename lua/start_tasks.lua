@@ -15,6 +15,7 @@ ARGV[4]  limit (1..100)
 ARGV[5]  write token
 ARGV[6]  memo TTL in milliseconds
 ARGV[7]  number of buckets, then the buckets
+next     number of task names this caller can run, then the names (0: any name)
 
 Replies
   {'OK', id1, fields1, id2, fields2, ...}   the started tasks as HGETALL gives them
@@ -39,8 +40,10 @@ for _, v in ipairs({ now, lease_until, limit, memo_ttl }) do
 end
 limit = tonumber(limit)
 if limit < 1 or limit > 100 then return badarg('limit out of range') end
-local buckets = read_list(7)
+local buckets, after = read_list(7)
 if not buckets then return badarg('bucket list malformed') end
+local names_wanted = read_list(after)
+if not names_wanted then return badarg('name list malformed') end
 
 if rcall('EXISTS', memo) == 1 then
   local reply = { 'OK' }
@@ -57,7 +60,8 @@ local candidates = {}
 for _, b in ipairs(buckets) do
   if not is_uint(b) then return badarg('bucket malformed') end
   local combo = 'pending:' .. b
-  local names = rcall('HKEYS', root .. 'nm:' .. combo)
+  local names = names_wanted
+  if #names == 0 then names = rcall('HKEYS', root .. 'nm:' .. combo) end
   for _, name in ipairs(names) do
     local raw = rcall('ZRANGE', root .. 'ix:' .. combo .. ':' .. name, 0, scan - 1, 'WITHSCORES')
     for i = 1, #raw, 2 do

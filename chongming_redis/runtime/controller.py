@@ -346,6 +346,9 @@ class Controller:
         free = self.concurrency - len(self._active())
         if free <= 0 or not self._accepting.is_set():
             return 0
+        start_tasks = getattr(self.store, "start_tasks", None)
+        if start_tasks is not None:  # one round trip starts a whole batch (RedisTaskStore)
+            return self._start_batch(start_tasks, free)
         query = TaskQuery(
             statuses=frozenset({TaskStatus.PENDING}), buckets=self.serve_buckets, limit=free * 4
         )
@@ -362,6 +365,25 @@ class Controller:
                 started += 1
         return started
 
+    def _start_batch(self, start_tasks: Callable[..., list[TaskSnapshot]], free: int) -> int:
+        """Start up to ``free`` tasks with the store's batched start: the compare-and-set,
+        the lease and the history entry of every task in one script call."""
+        if self.serve_buckets is None:
+            buckets: list[int] = list(range(self.buckets.num_buckets))
+        else:
+            buckets = sorted(self.serve_buckets)
+        if not buckets or not self.app.types:
+            return 0
+        now = self.clock.now()
+        renewed_at = time.monotonic()
+        started = start_tasks(
+            owner=self.owner, now=now, lease_until=now + timedelta(seconds=self.task_lease),
+            buckets=buckets, limit=min(free, 100), names=sorted(self.app.types),
+        )  # fmt: skip
+        for running in started:
+            self._hold(running, renewed_at)
+        return len(started)
+
     def _try_start(self, snapshot: TaskSnapshot) -> bool:
         now = self.clock.now()
         running = _advance(snapshot, TaskStatus.RUNNING, now, heartbeat_at=now)
@@ -372,21 +394,34 @@ class Controller:
         except StoreError as exc:
             log.warning("%s: could not start %s: %s", self.owner, snapshot.task_id, exc)
             return False
-        ctx = TaskContext(snapshot.task_id, snapshot.attempt, self.owner)
-        held = _Held(running, running.status_version, ctx)
-        with self._lock:
-            self._held[snapshot.task_id] = held
         transition = Transition(
             snapshot.task_id, running.status_version, TaskStatus.PENDING, TaskStatus.RUNNING, now,
             f"started by {self.owner} (attempt {snapshot.attempt})",
         )  # fmt: skip
-        held.pending.append(transition)
+        held = self._hold(running, None, pending=[transition])
         self._renew_lease(held)
         self._flush(held)
+        return True
+
+    def _hold(
+        self,
+        running: TaskSnapshot,
+        renewed_at: float | None,
+        pending: list[Transition] | None = None,
+    ) -> _Held:
+        """Hold a task that was just stored ``RUNNING`` and hand it to the pool.
+        ``renewed_at``: when its lease was written, if the start wrote it."""
+        ctx = TaskContext(running.task_id, running.attempt, self.owner)
+        held = _Held(running, running.status_version, ctx, pending=pending or [])
+        if renewed_at is not None:
+            held.lease_renewed_at = renewed_at
+            ctx.extend_lease(renewed_at + self.task_lease * 0.8)
+        with self._lock:
+            self._held[running.task_id] = held
         assert self._pool is not None
         future: Future[None] = self._pool.submit(self._execute, held)
         future.add_done_callback(_log_crash)
-        return True
+        return held
 
     def _execute(self, held: _Held) -> None:
         """The run-a-task path: call the function, then record how it ended."""

@@ -1,10 +1,11 @@
 """Bucket ownership across worker processes and machines.
 
 Each worker registers with a heartbeat and holds leases on its share of the buckets, all in
-Redis (``lua/pool_tick.lua``). The share is decided by rendezvous hashing over the live workers:
-every worker computes the same assignment from the same member list, and a worker joining or
-leaving moves only the buckets it gains or loses (about ``1/n`` of them). A bucket whose owner
-died is free once its lease expires, so buckets move within at most two worker leases.
+Redis (``lua/pool_tick.lua``). The share is decided by rendezvous hashing over the live workers
+and the current owners: every worker computes the same assignment from the same state, shares
+stay within one of each other, and a worker joining or leaving moves only the buckets it gains
+or loses (about ``1/n`` of them). A bucket whose owner died is free once its lease expires, so
+buckets move within at most two worker leases.
 
 Ownership decides who *starts* a bucket's ``PENDING`` tasks; it is not the fence. The start is a
 compare-and-set ``PENDING -> RUNNING``, so two workers that both believe they own a bucket
@@ -17,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 from chongming_redis.errors import StoreError, StoreUnavailable
@@ -29,22 +31,48 @@ if TYPE_CHECKING:
 log = logging.getLogger("chongming_redis.pool")
 
 
-def rendezvous(workers: Iterable[str], num_buckets: int) -> dict[str, frozenset[int]]:
-    """Rendezvous hashing with bounded load: each bucket goes to the worker with the highest
-    hash of ``(worker, bucket)`` that still has room (at most ``ceil(buckets / workers)``).
-    Plain rendezvous leaves shares very uneven with few buckets; the bound keeps them within
-    one of each other while a join or a leave still moves about ``1/n`` of the buckets."""
+def rendezvous(
+    workers: Iterable[str], num_buckets: int, current: Mapping[int, str] | None = None
+) -> dict[str, frozenset[int]]:
+    """Rendezvous hashing with bounded load, sticky to the ``current`` owners.
+
+    Each worker gets a quota: ``num_buckets // n``, plus one for the ``num_buckets % n`` workers
+    that rank first by a hash of their name, so shares stay within one of each other. A worker
+    keeps the buckets it holds in ``current`` up to its quota (those of highest hash first);
+    every other bucket (free, held by a worker that is not live, or shed) goes, in bucket order,
+    to the worker with the highest hash of ``(worker, bucket)`` that still has room.
+
+    A join never raises an existing worker's quota and a leave never lowers one, so from a
+    settled assignment a join moves only the buckets the newcomer gains and a leave only the
+    leaver's. (Plain bounded-load rendezvous, recomputed from the member list alone, moves
+    buckets between the other workers too: capacity shifts cascade through the greedy order.)
+    """
     members = sorted(set(workers))
     if not members:
         return {}
-    room = -(-num_buckets // len(members))
-    share: dict[str, set[int]] = {w: set() for w in members}
+    base, extra = divmod(num_buckets, len(members))
+    ranked = sorted(members, key=_rank, reverse=True)
+    quota = {w: base + (1 if i < extra else 0) for i, w in enumerate(ranked)}
+    held: dict[str, list[int]] = {w: [] for w in members}
+    for bucket, owner in (current or {}).items():
+        if owner in held and 0 <= bucket < num_buckets:
+            held[owner].append(bucket)
+    share = {
+        w: set(sorted(held[w], key=partial(_weight, w), reverse=True)[: quota[w]]) for w in members
+    }
+    kept = set().union(*share.values())
     for bucket in range(num_buckets):
+        if bucket in kept:
+            continue
         for worker in sorted(members, key=lambda w: _weight(w, bucket), reverse=True):
-            if len(share[worker]) < room:
+            if len(share[worker]) < quota[worker]:
                 share[worker].add(bucket)
                 break
     return {w: frozenset(b) for w, b in share.items()}
+
+
+def _rank(worker: str) -> bytes:
+    return hashlib.blake2b(f"{worker}\x00quota".encode(), digest_size=8).digest()
 
 
 def _weight(worker: str, bucket: int) -> bytes:
@@ -70,12 +98,18 @@ class BucketPool:
         """Heartbeat, then renew / take / release bucket leases. Raises ``StoreError`` (not
         ``StoreUnavailable``) when the namespace runs with another ``num_buckets``."""
         num_buckets = self.controller.buckets.num_buckets
-        members = {*self.live, self.owner}
-        wanted = sorted(rendezvous(members, num_buckets)[self.owner])
+        now = self.controller.clock.now()
+        wanted: list[int] = []
+        if not leaving:
+            # The current state, read fresh: a worker whose heartbeat expired is out now, not
+            # one tick later, and the owners keep what they hold (minimal movement).
+            workers, owners = self.store.pool_state()
+            members = {w for w, until in workers.items() if until > now} | {self.owner}
+            wanted = sorted(rendezvous(members, num_buckets, owners)[self.owner])
         held, live = self.store.pool_tick(
-            worker=self.owner, now=self.controller.clock.now(),
+            worker=self.owner, now=now,
             lease_seconds=self.worker_lease, num_buckets=num_buckets,
-            wanted=[] if leaving else wanted, leaving=leaving,
+            wanted=wanted, leaving=leaving,
         )  # fmt: skip
         self.live = live
         new = frozenset(held)

@@ -313,12 +313,15 @@ class RedisTaskStore:
         lease_until: datetime,
         buckets: Sequence[int],
         limit: int = 50,
+        names: Sequence[str] = (),
     ) -> list[TaskSnapshot]:
         """Start up to ``limit`` ``PENDING`` tasks of ``buckets`` whose ``not_before`` has
         passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
         heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
-        the started tasks as stored."""
+        the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
         check_identifier(owner, "owner")
+        for name in names:
+            check_identifier(name, "name")
         check_int(limit, "limit", minimum=1, maximum=100)
         for bucket in buckets:
             check_int(bucket, "bucket", maximum=2**31 - 1)
@@ -327,7 +330,7 @@ class RedisTaskStore:
         keys = [self.keys.root, self.keys.start_memo(token)]
         wanted = sorted(set(buckets))
         args = [owner, encode_dt(now), encode_dt(lease_until), limit, token, memo_ms,
-                len(wanted), *wanted]  # fmt: skip
+                len(wanted), *wanted, len(names), *names]  # fmt: skip
         reply = self._run("start_tasks", keys, args)
         return [
             self._decode_task(_text(reply[i]), _pairs(reply[i + 1]))

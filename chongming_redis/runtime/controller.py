@@ -515,10 +515,14 @@ class Controller:
             if not held.pending and held.stored_version == held.snapshot.status_version:
                 return True
             try:
-                if held.stored_version != held.snapshot.status_version:
-                    self._save_resolving(held)
-                for transition in held.pending:
-                    self.store.append(transition)
+                commit = getattr(self.store, "commit_tasks", None)
+                if commit is not None and held.stored_version != held.snapshot.status_version:
+                    self._commit_resolving(held, commit)  # save + history: one round trip
+                else:
+                    if held.stored_version != held.snapshot.status_version:
+                        self._save_resolving(held)
+                    for transition in held.pending:
+                        self.store.append(transition)
                 held.pending.clear()
                 return True
             except StoreUnavailable as exc:
@@ -533,6 +537,16 @@ class Controller:
                 held.pending.clear()
                 self._forget(held)
                 return False
+
+    def _commit_resolving(self, held: _Held, commit: Callable[..., list[Any]]) -> None:
+        """``commit_tasks`` of one task (save and history together), telling a lost reply
+        from a real conflict as ``_save_resolving`` does."""
+        (conflict,) = commit([(held.snapshot, held.stored_version, list(held.pending))])
+        if conflict is not None:
+            current = self.store.get(held.snapshot.task_id)
+            if current is None or _without_lease(current) != _without_lease(held.snapshot):
+                raise conflict
+        held.stored_version = held.snapshot.status_version
 
     def _save_resolving(self, held: _Held) -> None:
         """``save`` that tells a lost reply from a real conflict: if the store already holds

@@ -1,0 +1,249 @@
+"""Checkers over the ground truth of a stress run, in plain Python (RELIABILITY.md §3).
+
+Inputs are plain data, so each checker can be unit-tested on hand-made histories:
+
+* task histories: ``{task_id: [Transition, ...]}`` as the store returns them (written by the
+  scripts atomically with every save/start: the server-side linearization per task);
+* final snapshots: ``{task_id: TaskSnapshot | None}``;
+* execution records: ``"<task>|<attempt>|<pid>|<nonce>"`` strings from the app's lists;
+* the driver's client log: acknowledged submits and control calls.
+
+Every checker returns a list of :class:`Violation`; a clean run has none.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+
+START = re.compile(r"^started by (?P<owner>.+) \(attempt (?P<attempt>\d+)\)$")
+COMPLETIONS = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.STOPPED})
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str  # duplicate_starts, duplicate_completions, double_claims, cas_chain, ...
+    task_id: str
+    detail: str
+
+
+def starts_per_attempt(history: Sequence[Transition]) -> Counter[int]:
+    """PENDING -> RUNNING entries ``started by <owner> (attempt N)``, counted per N."""
+    counts: Counter[int] = Counter()
+    for entry in history:
+        if entry.from_status is TaskStatus.PENDING and entry.to_status is TaskStatus.RUNNING:
+            match = START.match(entry.reason or "")
+            counts[int(match["attempt"]) if match else -1] += 1
+    return counts
+
+
+def check_starts(histories: Mapping[str, Sequence[Transition]]) -> list[Violation]:
+    """At most one start per task attempt."""
+    found = []
+    for task_id, history in histories.items():
+        for attempt, n in sorted(starts_per_attempt(history).items()):
+            if n > 1:
+                found.append(
+                    Violation("duplicate_starts", task_id, f"attempt {attempt} started {n} times")
+                )
+    return found
+
+
+def check_completions(histories: Mapping[str, Sequence[Transition]]) -> list[Violation]:
+    """At most one completion (SUCCEEDED/FAILED/STOPPED) per started attempt, and a task
+    succeeds at most once."""
+    found = []
+    for task_id, history in histories.items():
+        per_attempt: Counter[int] = Counter()
+        attempt = 0
+        successes = 0
+        for entry in history:
+            match = START.match(entry.reason or "")
+            if entry.to_status is TaskStatus.RUNNING and match:
+                attempt = int(match["attempt"])
+            if entry.to_status in COMPLETIONS and entry.from_status in (
+                TaskStatus.RUNNING,
+                TaskStatus.PAUSED,
+            ):
+                per_attempt[attempt] += 1
+            if entry.to_status is TaskStatus.SUCCEEDED:
+                successes += 1
+        for a, n in sorted(per_attempt.items()):
+            if n > 1:
+                found.append(
+                    Violation("duplicate_completions", task_id, f"attempt {a} completed {n} times")
+                )
+        if successes > 1:
+            found.append(
+                Violation("duplicate_completions", task_id, f"succeeded {successes} times")
+            )
+    return found
+
+
+def check_cas_chain(
+    histories: Mapping[str, Sequence[Transition]],
+    finals: Mapping[str, TaskSnapshot | None] | None = None,
+) -> list[Violation]:
+    """Per task, the successful compare-and-sets form one chain: version 1 is the creation,
+    versions strictly increase, no two successes from the same expected version (a fork shows
+    as a repeated version or an entry whose ``from`` is not the previous ``to``), and the final
+    snapshot's version equals the last history entry's."""
+    found = []
+    for task_id, history in histories.items():
+        if not history:
+            found.append(Violation("cas_chain", task_id, "no history"))
+            continue
+        entries = sorted(history, key=lambda e: e.version)
+        if entries[0].from_status is not None or entries[0].version != 1:
+            found.append(Violation("cas_chain", task_id, "does not start with its creation"))
+        versions = Counter(e.version for e in entries)
+        for version, n in sorted(versions.items()):
+            if n > 1:
+                found.append(
+                    Violation(
+                        "cas_chain",
+                        task_id,
+                        f"{n} successes produced version {version} "
+                        f"(from the same expected version {version - 1})",
+                    )
+                )
+        for prev, entry in itertools.pairwise(entries):
+            if entry.version == prev.version:
+                continue
+            if entry.version != prev.version + 1:
+                # A missing entry: a transition whose history append (a separate call on the
+                # submit/reconcile/retry paths) did not land. Not a double success.
+                found.append(
+                    Violation(
+                        "history_gaps",
+                        task_id,
+                        f"no entry between v{prev.version} and v{entry.version}",
+                    )
+                )
+            elif entry.from_status is not prev.to_status:
+                found.append(
+                    Violation(
+                        "cas_chain",
+                        task_id,
+                        f"v{entry.version} moves from {entry.from_status} but v{prev.version} "
+                        f"left it {prev.to_status}",
+                    )
+                )
+        final = (finals or {}).get(task_id)
+        last = entries[-1].version
+        if final is not None and final.status_version < last:  # history ahead of the state
+            found.append(
+                Violation(
+                    "cas_chain",
+                    task_id,
+                    f"snapshot v{final.status_version} but history ends at "
+                    f"v{last}: an entry without its transition",
+                )
+            )
+        elif final is not None and final.status_version > last:
+            found.append(
+                Violation(
+                    "history_gaps",
+                    task_id,
+                    f"snapshot v{final.status_version}, history ends at v{last}",
+                )
+            )
+        elif final is not None and final.status is not entries[-1].to_status:
+            found.append(
+                Violation(
+                    "cas_chain",
+                    task_id,
+                    f"snapshot {final.status} but history ends in {entries[-1].to_status}",
+                )
+            )
+    return found
+
+
+def parse_records(records: Iterable[str | bytes]) -> dict[tuple[str, int], set[str]]:
+    """``(task, attempt) -> {pid|nonce}``: distinct executions (a retried push of the same
+    record counts once)."""
+    executions: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for raw in records:
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        task_id, attempt, pid, nonce = text.rsplit("|", 3)
+        executions[(task_id, int(attempt))].add(f"{pid}|{nonce}")
+    return executions
+
+
+def check_executions(
+    runs: Iterable[str | bytes],
+    effects: Iterable[str | bytes],
+    histories: Mapping[str, Sequence[Transition]] | None = None,
+) -> list[Violation]:
+    """``double_claims``: one attempt of a task began in more than one execution;
+    ``duplicate_executions``: the fenced side effect of one attempt happened more than once,
+    or for an attempt the history never started."""
+    found = []
+    for (task_id, attempt), execs in sorted(parse_records(runs).items()):
+        if len(execs) > 1:
+            found.append(
+                Violation(
+                    "double_claims",
+                    task_id,
+                    f"attempt {attempt} began {len(execs)} times: {sorted(execs)}",
+                )
+            )
+    for (task_id, attempt), execs in sorted(parse_records(effects).items()):
+        if len(execs) > 1:
+            found.append(
+                Violation(
+                    "duplicate_executions",
+                    task_id,
+                    f"attempt {attempt}: fenced effect {len(execs)} times",
+                )
+            )
+        if histories is not None and starts_per_attempt(histories.get(task_id, []))[attempt] == 0:
+            found.append(
+                Violation(
+                    "duplicate_executions",
+                    task_id,
+                    f"effect of attempt {attempt}, which never started",
+                )
+            )
+    return found
+
+
+def check_durability(
+    acknowledged: Iterable[str], present: Mapping[str, object | None], kind: str = "task"
+) -> list[Violation]:
+    """Every acknowledged write is there after the restarts."""
+    return [
+        Violation("acked_writes_lost", key, f"acknowledged {kind} missing after restarts")
+        for key in acknowledged
+        if present.get(key) is None
+    ]
+
+
+def check_commands(
+    commands: Mapping[str, Mapping[str, str]],
+    queued: Iterable[str] = (),
+    leased: Iterable[str] = (),
+) -> list[Violation]:
+    """Raw command hashes (``id t k c lu f o``): an outcome is written only with
+    ``finished_at``; a finished command is in neither the queue (``cq``) nor the lease index
+    (``cl``), so it can never be claimed (and so completed) again."""
+    found = []
+    live = set(queued) | set(leased)
+    for cid, fields in commands.items():
+        if not fields:
+            continue
+        finished, outcome = fields.get("f"), fields.get("o")
+        if outcome and not finished:
+            found.append(Violation("command_state", cid, "outcome without finished_at"))
+        if finished and cid in live:
+            found.append(Violation("command_state", cid, "finished but still claimable"))
+    return found
+
+
+def count(violations: Iterable[Violation]) -> Counter[str]:
+    return Counter(v.kind for v in violations)

@@ -1,0 +1,163 @@
+"""The nemesis: a fault schedule derived from the seed, executed on real processes, counted.
+
+Kinds (every one is scheduled at least once; the run fails if a scheduled fault did not fire):
+
+``worker_kill``         SIGKILL a random worker process, then start a replacement
+``lease_holder_pause``  SIGSTOP a worker that holds a RUNNING task for 3 x the task lease, then
+                        SIGCONT (Kleppmann's pause: the zombie must be fenced)
+``proxy_latency``       the proxy delays every Redis -> worker chunk for 2 s
+``drop_reply``          the proxy forwards the n-th EVALSHA, swallows its reply and resets the
+                        connection (the ambiguity fault: the script ran, the client cannot know)
+``reset_connections``   the proxy resets every open worker connection
+``redis_restart``       kill -9 of redis-server (appendfsync always), restart on the same port
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = (
+    "worker_kill",
+    "lease_holder_pause",
+    "proxy_latency",
+    "drop_reply",
+    "reset_connections",
+    "redis_restart",
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds after the start of the run
+    kind: str
+    arg: int  # kind-specific choice drawn from the seed (which worker, which EVALSHA, ...)
+
+
+def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
+    """Every kind once, plus one more random fault per 10 s, at seeded times within the first
+    ~70% of the run (the rest is left for recovery and the drain)."""
+    rng = random.Random(seed)
+    chosen = list(kinds) + [rng.choice(kinds) for _ in range(int(seconds // 10))]
+    rng.shuffle(chosen)
+    start, end = min(2.0, seconds * 0.1), max(seconds * 0.7, 3.0)
+    times = sorted(rng.uniform(start, end) for _ in chosen)
+    return [
+        Fault(round(t, 2), k, rng.randrange(1, 1_000_000))
+        for t, k in zip(times, chosen, strict=True)
+    ]
+
+
+@dataclass
+class Nemesis:
+    """Executes a schedule, one fault at a time, in its own thread."""
+
+    plan: list[Fault]
+    workers: Any  # harness.Workers
+    proxy: Any  # FaultProxy
+    redis: Any | None  # RedisProc, or None when the run uses --redis
+    holders: Callable[[], dict[int, list[str]]]  # pid -> task ids it holds RUNNING
+    task_lease: float
+    log: Callable[[dict[str, Any]], None]
+    scheduled: Counter[str] = field(default_factory=Counter)
+    fired: Counter[str] = field(default_factory=Counter)
+    paused_tasks: list[str] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+    _t0: float = 0.0
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+        self.scheduled.update(f.kind for f in self.plan)
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        for fault in self.plan:
+            delay = self._t0 + fault.at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            began = time.monotonic() - self._t0
+            try:
+                ok, detail = getattr(self, "_" + fault.kind)(fault.arg)
+            except Exception as exc:  # a fault that could not be applied did not fire
+                ok, detail = False, f"error: {exc!r}"
+            if ok:
+                self.fired[fault.kind] += 1
+            self.log(
+                {
+                    "op": "fault",
+                    "kind": fault.kind,
+                    "at": round(began, 2),
+                    "fired": ok,
+                    "detail": detail,
+                }
+            )
+
+    # -- the faults ------------------------------------------------------------------------
+
+    def _worker_kill(self, arg: int) -> tuple[bool, str]:
+        pids = self.workers.live_pids()
+        if not pids:
+            return False, "no live worker"
+        pid = pids[arg % len(pids)]
+        os.kill(pid, signal.SIGKILL)
+        self.workers.reap(pid)
+        new = self.workers.spawn()
+        return True, f"killed {pid}, started {new}"
+
+    def _lease_holder_pause(self, arg: int) -> tuple[bool, str]:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            held = {p: t for p, t in self.holders().items() if t and p in self.workers.live_pids()}
+            if held:
+                pids = sorted(held)
+                pid = pids[arg % len(pids)]
+                os.kill(pid, signal.SIGSTOP)
+                self.paused_tasks.extend(held[pid])
+                try:
+                    time.sleep(3 * self.task_lease)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                return True, f"stopped {pid} holding {held[pid]} for {3 * self.task_lease:.1f}s"
+            time.sleep(0.1)
+        return False, "no worker held a running task"
+
+    def _proxy_latency(self, arg: int) -> tuple[bool, str]:
+        before = self.proxy.fired.get("latency", 0)
+        seconds = 0.02 + (arg % 8) / 100
+        self.proxy.set_latency(seconds)
+        time.sleep(2.0)
+        self.proxy.set_latency(0)
+        delayed = self.proxy.fired.get("latency", 0) - before
+        return delayed > 0, f"{seconds * 1000:.0f} ms on {delayed} chunks"
+
+    def _drop_reply(self, arg: int) -> tuple[bool, str]:
+        nth = 1 + arg % 20
+        toxic = self.proxy.drop_reply_of("EVALSHA", nth=nth)
+        ok = toxic.wait_fired(timeout=15)
+        if not ok:
+            self.proxy.clear()
+        return ok, f"reply of EVALSHA #{nth} dropped" if ok else "no EVALSHA within 15 s"
+
+    def _reset_connections(self, arg: int) -> tuple[bool, str]:
+        count = self.proxy.reset_all()
+        return count > 0, f"{count} connections reset"
+
+    def _redis_restart(self, arg: int) -> tuple[bool, str]:
+        if self.redis is None:
+            return False, "no private redis-server (--redis given)"
+        self.redis.kill9()
+        time.sleep(0.2 + (arg % 10) / 10)
+        self.redis.restart()
+        return True, "redis-server killed -9 and restarted"

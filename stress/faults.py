@@ -43,11 +43,11 @@ class Fault:
 
 def schedule(seed: int, seconds: float, kinds: tuple[str, ...] = KINDS) -> list[Fault]:
     """Every kind once, plus one more random fault per 10 s, at seeded times within the first
-    ~70% of the run (the rest is left for recovery and the drain)."""
+    ~65% of the run (tasks keep arriving until 85%; the rest is for recovery and the drain)."""
     rng = random.Random(seed)
     chosen = list(kinds) + [rng.choice(kinds) for _ in range(int(seconds // 10))]
     rng.shuffle(chosen)
-    start, end = min(2.0, seconds * 0.1), max(seconds * 0.7, 3.0)
+    start, end = min(2.0, seconds * 0.1), max(seconds * 0.65, 3.0)
     times = sorted(rng.uniform(start, end) for _ in chosen)
     return [
         Fault(round(t, 2), k, rng.randrange(1, 1_000_000))
@@ -117,9 +117,17 @@ class Nemesis:
         return True, f"killed {pid}, started {new}"
 
     def _lease_holder_pause(self, arg: int) -> tuple[bool, str]:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
+        error = ""
         while time.monotonic() < deadline:
-            held = {p: t for p, t in self.holders().items() if t and p in self.workers.live_pids()}
+            try:
+                holders = self.holders()
+            except Exception as exc:  # e.g. Redis restarting: look again
+                error = f" (last error: {exc!r})"
+                time.sleep(0.2)
+                continue
+            live = self.workers.live_pids()
+            held = {p: t for p, t in holders.items() if t and p in live}
             if held:
                 pids = sorted(held)
                 pid = pids[arg % len(pids)]
@@ -131,7 +139,7 @@ class Nemesis:
                     os.kill(pid, signal.SIGCONT)
                 return True, f"stopped {pid} holding {held[pid]} for {3 * self.task_lease:.1f}s"
             time.sleep(0.1)
-        return False, "no worker held a running task"
+        return False, "no worker held a running task within 20 s" + error
 
     def _proxy_latency(self, arg: int) -> tuple[bool, str]:
         before = self.proxy.fired.get("latency", 0)

@@ -90,7 +90,6 @@ class Workers:
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
             }
         )
-        env.pop(stress_app.UNSAFE_ENV, None)
         if o.unsafe:
             env[stress_app.UNSAFE_ENV] = o.unsafe
         command = [
@@ -223,7 +222,7 @@ def run(opts: Options) -> dict[str, Any]:
     stop_load = threading.Event()
 
     def submit_loop() -> None:
-        window = opts.seconds * 0.6
+        window = opts.seconds * 0.85
         for i in range(opts.tasks):
             target = started + window * i / max(1, opts.tasks)
             time.sleep(max(0.0, target - time.monotonic()))
@@ -336,7 +335,7 @@ def run(opts: Options) -> dict[str, Any]:
         final_restart=final_restart,
         namespace=namespace,
         workdir=str(workdir),
-        unsafe=opts.unsafe,
+        unsafe=opts.unsafe or os.environ.get(stress_app.UNSAFE_ENV),
     )
     missing = {
         k: n - nemesis.fired.get(k, 0)
@@ -344,6 +343,7 @@ def run(opts: Options) -> dict[str, Any]:
         if nemesis.fired.get(k, 0) < n
     }
     report["faults_missing"] = missing
+    report["fault_log"] = [r for r in log.records if r.get("op") == "fault"]
     report["violations"] = sum(report[k] for k in VIOLATION_KINDS)
     report["ok"] = report["violations"] == 0 and not missing
     proxy.close()

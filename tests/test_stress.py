@@ -1,0 +1,216 @@
+"""The stress harness (``python -m stress``): a short clean run under every fault kind, the
+negative control (an unsafe worker must be caught), and the checkers on hand-made histories.
+
+The two runs are the bounded CI tier of RELIABILITY.md's "exactly-once claims" stress test;
+the long run is ``python -m stress --seconds 600`` (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from stress import checkers
+from stress.app import UNSAFE_ENV
+from stress.faults import KINDS, schedule
+from tests.conftest import require_redis_server
+
+REPO = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+P, R, S, L = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.SUCCEEDED, TaskStatus.LOST
+
+
+def _run_stress(tmp_path: Path, *args: str, unsafe: str | None = None) -> tuple[int, dict]:
+    require_redis_server()
+    env = dict(os.environ)
+    env.pop(UNSAFE_ENV, None)
+    if unsafe:
+        env[UNSAFE_ENV] = unsafe
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stress", *args, "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.returncode, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_short_clean_run_fires_every_fault_and_finds_no_violation(tmp_path: Path) -> None:
+    rc, report = _run_stress(tmp_path, "--workers=3", "--tasks=150", "--seconds=20", "--seed=1")
+    assert report["violation_examples"] == []
+    assert report["violations"] == 0
+    assert report["faults_missing"] == {}, report["fault_log"]
+    assert set(report["faults_fired"]) == set(KINDS)
+    assert all(n >= 1 for n in report["faults_fired"].values())
+    assert report["acked_writes_lost"] == 0 and report["final_restart"]
+    assert report["submitted"] == 150
+    assert report["succeeded"] + report["stopped"] + report["lost"] + report["failed"] >= 140
+    for key in (
+        "submitted",
+        "succeeded",
+        "failed",
+        "lost",
+        "retried",
+        "duplicate_starts",
+        "duplicate_completions",
+        "double_claims",
+        "acked_writes_lost",
+        "faults_fired",
+        "seconds",
+        "seed",
+    ):
+        assert key in report
+    assert rc == 0
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_unsafe_double_run_is_caught(tmp_path: Path) -> None:
+    rc, report = _run_stress(
+        tmp_path, "--workers=2", "--tasks=30", "--seconds=8", "--seed=7", unsafe="double-run"
+    )
+    assert report["unsafe"] == "double-run"
+    assert report["double_claims"] > 0
+    assert report["duplicate_executions"] > 0
+    assert report["violations"] > 0
+    assert rc != 0
+
+
+# -- the checkers on hand-made histories ------------------------------------------------------
+
+
+def _t(
+    task: str, version: int, frm: TaskStatus | None, to: TaskStatus, reason: str = ""
+) -> Transition:
+    return Transition(task, version, frm, to, T0 + timedelta(seconds=version), reason or None)
+
+
+def _clean(task: str = "a") -> list[Transition]:
+    return [
+        _t(task, 1, None, P, "submitted by d"),
+        _t(task, 2, P, R, "started by w1 (attempt 1)"),
+        _t(task, 3, R, L, "lease of w1 expired"),
+        _t(task, 4, L, P, "retry 2/3 after lost, in 1.0s"),
+        _t(task, 5, P, R, "started by w2 (attempt 2)"),
+        _t(task, 6, R, S),
+    ]
+
+
+def _snap(task: str, version: int, status: TaskStatus) -> TaskSnapshot:
+    return TaskSnapshot(
+        task_id=task,
+        name="step",
+        status=status,
+        status_version=version,
+        created_at=T0,
+        updated_at=T0,
+        attempt=2,
+    )
+
+
+def test_checkers_accept_a_clean_history_with_a_retry() -> None:
+    histories = {"a": _clean()}
+    finals = {"a": _snap("a", 6, S)}
+    found = (
+        checkers.check_starts(histories)
+        + checkers.check_completions(histories)
+        + checkers.check_cas_chain(histories, finals)
+        + checkers.check_executions(["a|1|10|x", "a|2|11|y", "a|2|11|y"], ["a|2|11|y"], histories)
+        + checkers.check_durability(["a"], finals)
+    )
+    assert found == []
+
+
+def test_duplicate_start_of_one_attempt_is_reported() -> None:
+    history = [
+        *_clean()[:2],
+        _t("a", 3, R, P, "handed back"),
+        _t("a", 4, P, R, "started by w2 (attempt 1)"),
+        _t("a", 5, R, S),
+    ]
+    found = checkers.check_starts({"a": history})
+    assert [(v.kind, v.task_id) for v in found] == [("duplicate_starts", "a")]
+    assert "attempt 1 started 2 times" in found[0].detail
+    assert checkers.check_cas_chain({"a": history}, {"a": _snap("a", 5, S)}) == []
+
+
+def test_two_cas_successes_from_one_expected_version_are_reported() -> None:
+    history = [*_clean()[:2], _t("a", 3, R, S), _t("a", 3, R, L, "lease expired")]
+    found = checkers.check_cas_chain({"a": history}, {"a": _snap("a", 3, S)})
+    assert [(v.kind, v.task_id) for v in found] == [("cas_chain", "a")]
+    assert "2 successes produced version 3" in found[0].detail
+    assert checkers.check_starts({"a": history}) == []
+
+
+def test_duplicate_completion_is_reported() -> None:
+    history = [
+        *_clean()[:2],
+        _t("a", 3, R, S),
+        _t("a", 4, S, R, "resume requested"),
+        _t("a", 5, R, S),
+    ]
+    found = checkers.check_completions({"a": history})
+    assert {v.kind for v in found} == {"duplicate_completions"}
+
+
+def test_missing_acknowledged_task_is_reported_and_nothing_else() -> None:
+    finals = {"a": _snap("a", 6, S), "b": None}
+    found = checkers.check_durability(["a", "b"], finals)
+    assert [(v.kind, v.task_id) for v in found] == [("acked_writes_lost", "b")]
+    # an unacknowledged (indeterminate) submit that did not land is not a violation
+    assert checkers.check_durability(["a"], finals) == []
+
+
+def test_double_execution_of_one_attempt_is_reported() -> None:
+    histories = {"a": _clean()}
+    runs = ["a|1|10|x", "a|2|11|y", "a|2|12|z"]  # two processes began attempt 2
+    effects = [
+        "a|2|11|y",
+        "a|2|12|z",
+        "a|3|12|q",
+    ]  # ... both passed the fence; attempt 3 never started
+    found = checkers.check_executions(runs, effects, histories)
+    assert checkers.count(found) == {"double_claims": 1, "duplicate_executions": 2}
+
+
+def test_history_gap_and_entry_without_transition() -> None:
+    history = [h for h in _clean() if h.version != 4]
+    found = checkers.check_cas_chain({"a": history}, {"a": _snap("a", 6, S)})
+    assert [v.kind for v in found] == ["history_gaps"]
+    found = checkers.check_cas_chain({"a": _clean()}, {"a": _snap("a", 5, R)})
+    assert [v.kind for v in found] == ["cas_chain"]
+
+
+def test_commands_finished_but_claimable_are_reported() -> None:
+    commands = {
+        "c1": {"id": "c1", "f": "1", "o": "paused"},
+        "c2": {"id": "c2", "o": "x"},
+        "c3": {"id": "c3", "f": "1", "o": "stopped"},
+    }
+    found = checkers.check_commands(commands, queued=["c3"], leased=[])
+    assert sorted((v.kind, v.task_id) for v in found) == [
+        ("command_state", "c2"),
+        ("command_state", "c3"),
+    ]
+
+
+def test_schedule_is_seeded_and_covers_every_kind() -> None:
+    plan = schedule(5, 60)
+    assert plan == schedule(5, 60)
+    assert plan != schedule(6, 60)
+    assert {f.kind for f in plan} == set(KINDS)
+    assert len(plan) == len(KINDS) + 6
+    assert all(0 < f.at <= 39 for f in plan)

@@ -153,7 +153,9 @@ def check_cas_chain(
                     f"snapshot v{final.status_version}, history ends at v{last}",
                 )
             )
-        elif final is not None and final.status is not entries[-1].to_status:
+        elif (
+            final is not None and versions[last] == 1 and final.status is not entries[-1].to_status
+        ):
             found.append(
                 Violation(
                     "cas_chain",

@@ -342,6 +342,20 @@ def demo(
         sys.exit(run_demo(redis_url=redis, tasks=tasks_count, workers=workers_count))
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def stress(ctx: typer.Context) -> None:
+    """The stress run of the source tree (``python -m stress``; --help for its options)."""
+    sys.path.insert(0, os.getcwd())
+    try:  # not a dependency of the package: imported by name, from the source tree
+        stress_main = importlib.import_module("stress.__main__").main
+    except ImportError as exc:
+        fail(f"the stress harness ships with the source tree; run this from the repo ({exc})")
+    sys.exit(stress_main(list(ctx.args)))
+
+
 def _status(text: str) -> TaskStatus:
     try:
         return TaskStatus(text.lower())

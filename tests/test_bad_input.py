@@ -700,9 +700,7 @@ def test_b9_duplicate_tags_in_the_array_read_as_a_set(rh: Harness) -> None:
     ("field", "value"),
     [("c", "abc"), ("c", "-5"), ("c", "1e3"), ("k", "zzz"), ("k", None), ("t", None),
      ("id", None), ("id", "c2"), ("f", "x"),
-     pytest.param("y", b"\xc1", marks=pytest.mark.xfail(strict=True, reason=(
-         "payload is msgpack; Lua cannot check it portably (no cmsgpack in fakeredis), so the "
-         "lease is taken before Python fails to decode it")))],
+     ("y", b"\xc1")],
 )  # fmt: skip
 def test_b9_a_corrupt_command_makes_claim_raise_and_change_nothing(
     rh: Harness, field: str, value: str | bytes | None

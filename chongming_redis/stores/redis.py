@@ -453,12 +453,19 @@ class RedisTaskStore:
         until = encode_dt(check.check_claim(now, lease_seconds, limit))
         k = self.keys
         memo_ms = max(1000, math.ceil(lease_seconds * 1000))
-        keys = [k.command_queue, k.command_leases, k.claim_memo(_token()), k.root]
+        memo = k.claim_memo(_token())
+        keys = [k.command_queue, k.command_leases, memo, k.root]
         reply = self._run("claim_commands", keys, [encode_dt(now), until, limit, memo_ms])
-        return [
-            self._decode_command(_text(reply[i]), _pairs(reply[i + 1]))
-            for i in range(1, len(reply), 2)
-        ]
+        ids = [_text(reply[i]) for i in range(1, len(reply), 2)]
+        try:
+            return [self._decode_command(ids[j], _pairs(reply[2 + 2 * j])) for j in range(len(ids))]
+        except CorruptRecord:
+            # The script checks every field it can; a payload is msgpack, which Lua cannot
+            # check on every server. Undo the batch so that nothing stays leased, then report.
+            for command_id in ids:
+                self._command_script("release_command", command_id, [command_id])
+            self._read(memo, lambda c: c.delete(memo))
+            raise
 
     def complete_command(
         self, command_id: str, *, now: datetime, outcome: str | None = None

@@ -74,12 +74,11 @@ from chongming_redis.stores.codec import (
     Row,
     RowError,
     command_to_row,
-    encode_dt,
-    progress_to_columns,
     row_to_command,
     row_to_snapshot,
     row_to_transition,
     snapshot_to_row,
+    touch_columns,
     transition_to_row,
 )
 from chongming_redis.validation import check_identifier, check_int
@@ -190,15 +189,7 @@ class JsonFileTaskStore:
         lease_until: datetime | None = None,
     ) -> None:
         check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
-        changes: Row = {}
-        if progress is not None:
-            changes.update(progress_to_columns(progress))
-        if heartbeat_at is not None:
-            changes["heartbeat_at"] = encode_dt(heartbeat_at)
-        if lease_owner is not None:
-            changes["lease_owner"] = lease_owner
-        if lease_until is not None:
-            changes["lease_until"] = encode_dt(lease_until)
+        changes = touch_columns(progress, heartbeat_at, lease_owner, lease_until)
         with self._transaction() as state:
             raw = state.tasks.get(task_id)
             if raw is not None and changes:  # a late heartbeat for a vanished task is fine

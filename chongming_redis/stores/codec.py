@@ -208,6 +208,26 @@ def progress_to_columns(progress: Progress | None) -> Row:
     }
 
 
+def touch_columns(
+    progress: Progress | None,
+    heartbeat_at: datetime | None,
+    lease_owner: str | None,
+    lease_until: datetime | None,
+) -> Row:
+    """The columns a ``touch`` writes: only those of the arguments given (``None`` = leave
+    alone); a given ``Progress`` writes all three ``progress_*`` columns."""
+    columns: Row = {}
+    if progress is not None:
+        columns.update(progress_to_columns(progress))
+    if heartbeat_at is not None:
+        columns["heartbeat_at"] = encode_dt(heartbeat_at)
+    if lease_owner is not None:
+        columns["lease_owner"] = lease_owner
+    if lease_until is not None:
+        columns["lease_until"] = encode_dt(lease_until)
+    return columns
+
+
 def row_to_snapshot(row: Mapping[str, Primitive]) -> TaskSnapshot:
     """The inverse of ``snapshot_to_row``. Missing optional columns mean ``None``."""
     return _decode(row, _snapshot_from)

@@ -34,11 +34,11 @@ from chongming_redis.stores.codec import (
     Row,
     command_to_row,
     encode_dt,
-    progress_to_columns,
     row_to_command,
     row_to_snapshot,
     row_to_transition,
     snapshot_to_row,
+    touch_columns,
     transition_to_row,
 )
 from chongming_redis.validation import check_identifier, check_int
@@ -153,15 +153,7 @@ class InMemoryTaskStore:
         lease_until: datetime | None,
     ) -> bool:
         check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
-        changes: Row = {}
-        if progress is not None:
-            changes.update(progress_to_columns(progress))
-        if heartbeat_at is not None:
-            changes["heartbeat_at"] = encode_dt(heartbeat_at)
-        if lease_owner is not None:
-            changes["lease_owner"] = lease_owner
-        if lease_until is not None:
-            changes["lease_until"] = encode_dt(lease_until)
+        changes = touch_columns(progress, heartbeat_at, lease_owner, lease_until)
         with self._open():
             row = self._tasks.get(task_id)
             if row is None:  # a late heartbeat for a vanished task is not an error

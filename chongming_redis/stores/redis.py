@@ -63,11 +63,11 @@ from chongming_redis.stores.codec import (
     command_to_row,
     decode_dt,
     encode_dt,
-    progress_to_columns,
     row_to_command,
     row_to_snapshot,
     row_to_transition,
     snapshot_to_row,
+    touch_columns,
     transition_to_row,
 )
 from chongming_redis.validation import check_identifier, check_int
@@ -286,15 +286,7 @@ class RedisTaskStore:
         lease_until: datetime | None,
     ) -> bool:
         check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
-        columns: Row = {}
-        if progress is not None:
-            columns.update(progress_to_columns(progress))
-        if heartbeat_at is not None:
-            columns["heartbeat_at"] = encode_dt(heartbeat_at)
-        if lease_owner is not None:
-            columns["lease_owner"] = lease_owner
-        if lease_until is not None:
-            columns["lease_until"] = encode_dt(lease_until)
+        columns = touch_columns(progress, heartbeat_at, lease_owner, lease_until)
         if not columns and fence == "":
             self._check_open()
             return True

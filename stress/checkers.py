@@ -99,8 +99,10 @@ def check_cas_chain(
             found.append(Violation("cas_chain", task_id, "no history"))
             continue
         entries = sorted(history, key=lambda e: e.version)
-        if entries[0].from_status is not None or entries[0].version != 1:
-            found.append(Violation("cas_chain", task_id, "does not start with its creation"))
+        if entries[0].version != 1:  # the creation entry (a second call of submit) is missing
+            found.append(Violation("history_gaps", task_id, "no creation entry (v1)"))
+        elif entries[0].from_status is not None:
+            found.append(Violation("cas_chain", task_id, "v1 is not a creation"))
         versions = Counter(e.version for e in entries)
         for version, n in sorted(versions.items()):
             if n > 1:

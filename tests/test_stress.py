@@ -219,3 +219,9 @@ def test_schedule_is_seeded_and_covers_every_kind() -> None:
     assert {f.kind for f in plan} == set(KINDS)
     assert len(plan) == len(KINDS) + 6
     assert all(0 < f.at <= 39 for f in plan)
+
+
+def test_missing_creation_entry_is_a_gap_not_a_fork() -> None:
+    history = _clean()[1:]
+    found = checkers.check_cas_chain({"a": history}, {"a": _snap("a", 6, S)})
+    assert [v.kind for v in found] == ["history_gaps"]

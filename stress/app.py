@@ -23,6 +23,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 from pydantic import BaseModel, Field
@@ -69,19 +70,33 @@ def _client() -> redis.Redis:
         return _clients[url]
 
 
+def _retrying(call: Callable[[], object], seconds: float = 15.0) -> None:
+    """The side effects ride out the harness's own faults (connection resets, a restarting
+    Redis answering LOADING): a repeated push carries the same nonce, so the checkers count
+    it once."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            call()
+            return
+        except (redis.ConnectionError, redis.TimeoutError):  # BusyLoadingError included
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _once(ctx: TaskContext, params: Step) -> dict[str, int]:
     namespace = os.environ[NS_ENV]
     record = f"{ctx.task_id}|{ctx.attempt}|{os.getpid()}|{secrets.token_hex(6)}"
     client = _client()
-    client.rpush(runs_key(namespace), record)
+    _retrying(lambda: client.rpush(runs_key(namespace), record))
     for i in range(params.steps):
         ctx.checkpoint(current=i, total=params.steps)
         time.sleep(params.ms / 1000)
     ctx.checkpoint(current=params.steps, total=params.steps)
     task_key = "{" + namespace + "}:t:" + ctx.task_id
-    client.eval(
-        FENCED_PUSH, 2, task_key, effects_key(namespace), str(ctx.attempt), ctx.owner, record
-    )
+    args = (task_key, effects_key(namespace), str(ctx.attempt), ctx.owner, record)
+    _retrying(lambda: client.eval(FENCED_PUSH, 2, *args))
     return {"attempt": ctx.attempt}
 
 

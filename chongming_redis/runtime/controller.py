@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import secrets
 import signal
 import threading
@@ -79,6 +80,7 @@ class _Held:
     heartbeat_written: int = 0
     stop_commands: list[str] = field(default_factory=list)
     done: bool = False
+    final_outcome: str = "already-terminal"
 
 
 @dataclass
@@ -130,6 +132,8 @@ class Controller:
         self._held: dict[str, _Held] = {}
         self._lock = threading.RLock()
         self._running = threading.Event()
+        self._group_commit = False
+        self._commits: queue.Queue[_Held] = queue.Queue()
         self._stopping = threading.Event()
         self._accepting = threading.Event()
         self._wake_commands = threading.Event()
@@ -269,12 +273,16 @@ class Controller:
         self.notifier.subscribe(self.owner, self._wake_commands)
         self.notifier.subscribe(WORK, self._wake_starter)
         self.notifier.subscribe(WORK, self._wake_commands)
-        for name, loop in (
+        self._group_commit = hasattr(self.store, "commit_tasks")
+        loops: list[tuple[str, Callable[[], None]]] = [
             ("supervisor", self._supervise),
             ("commands", self._poll_commands),
             ("starter", self._start_pending),
             ("reconciler", self._reconcile_loop),
-        ):
+        ]
+        if self._group_commit:
+            loops.append(("committer", self._commit_finished))
+        for name, loop in loops:
             thread = threading.Thread(target=loop, name=f"{self.owner}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -463,7 +471,9 @@ class Controller:
 
     def _fail(self, held: _Held, failure: Failure) -> None:
         if self.retry.retry_failures and self.retry.allows(held.snapshot.attempt):
-            self._finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal")
+            # Written now, not by the group committer: the retry needs the stored version.
+            self._finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal",
+                         now_please=True)  # fmt: skip
             snapshot = self._stored_or_none(held)
             if snapshot is not None:
                 self._queue_retry(snapshot, "failed")
@@ -471,16 +481,78 @@ class Controller:
         self._finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal")
 
     def _finish(self, held: _Held, status: TaskStatus, *, reason: str | None = None,
-                outcome: str, **changes: Any) -> None:  # fmt: skip
+                outcome: str, now_please: bool = False, **changes: Any) -> None:  # fmt: skip
         self._transition(held, status, reason, **changes)
         held.done = True
+        held.final_outcome = "stopped" if status is TaskStatus.STOPPED else outcome
+        if self._group_commit and not now_please:  # many finished tasks per round trip
+            self._commits.put(held)
+            return
         self._flush(held)
+        self._settle(held)
+
+    def _settle(self, held: _Held) -> None:
+        """After a finished task's last state was written (or buffered): answer the stop
+        commands that waited for it, let it go, look for more work."""
         now = self.clock.now()
         for command_id in held.stop_commands:  # stop commands wait for the task to really end
-            self._complete(command_id, now, "stopped" if status is TaskStatus.STOPPED else outcome)
+            self._complete(command_id, now, held.final_outcome)
         if not held.pending:
             self._forget(held)
         self._wake_starter.set()
+
+    def _commit_finished(self) -> None:
+        """Group commit: write every task that finished since the last round trip with one
+        ``commit_tasks`` call (up to 100), then settle them."""
+        while self._running.is_set() or not self._commits.empty():
+            try:
+                batch = [self._commits.get(timeout=0.2)]
+            except queue.Empty:
+                continue
+            while len(batch) < 100:
+                try:
+                    batch.append(self._commits.get_nowait())
+                except queue.Empty:
+                    break
+            self._flush_many(batch)
+            for held in batch:
+                self._settle(held)
+
+    def _flush_many(self, batch: list[_Held]) -> None:
+        commit = self.store.commit_tasks  # type: ignore[attr-defined]
+        dirty = [h for h in batch if h.stored_version != h.snapshot.status_version]
+        for held in dirty:
+            held.write_lock.acquire()
+        try:
+            items = [(h.snapshot, h.stored_version, list(h.pending)) for h in dirty]
+            try:
+                results = commit(items) if items else []
+            except StoreError as exc:  # the supervisor flushes them one by one later
+                for held in dirty:
+                    self._log_buffered(held, exc)
+                return
+            for held, conflict in zip(dirty, results):
+                if conflict is None or self._already_stored(held):
+                    held.stored_version = held.snapshot.status_version
+                    held.pending.clear()
+                else:
+                    log.error("%s: CONFLICT on %s, another writer exists: %s",
+                              self.owner, held.snapshot.task_id, conflict)  # fmt: skip
+                    held.ctx.lose(f"another writer moved it on ({conflict})")
+                    held.pending.clear()
+        finally:
+            for held in dirty:
+                held.write_lock.release()
+
+    def _log_buffered(self, held: _Held, exc: Exception) -> None:
+        log.warning("%s: store unreachable, %d transition(s) of %s buffered: %s",
+                    self.owner, len(held.pending), held.snapshot.task_id, exc)  # fmt: skip
+
+    def _already_stored(self, held: _Held) -> bool:
+        """Did an earlier attempt of ours land (its reply was lost)? Then the store holds
+        exactly our snapshot."""
+        current = self.store.get(held.snapshot.task_id)
+        return current is not None and _without_lease(current) == _without_lease(held.snapshot)
 
     def _forget(self, held: _Held) -> None:
         held.done = True
@@ -526,8 +598,7 @@ class Controller:
                 held.pending.clear()
                 return True
             except StoreUnavailable as exc:
-                log.warning("%s: store unreachable, %d transition(s) of %s buffered: %s",
-                            self.owner, len(held.pending), held.snapshot.task_id, exc)  # fmt: skip
+                self._log_buffered(held, exc)
                 return False
             except ConcurrencyConflict as exc:
                 # Never retried: a second writer exists. Stop acting on the task, loudly.
@@ -542,10 +613,8 @@ class Controller:
         """``commit_tasks`` of one task (save and history together), telling a lost reply
         from a real conflict as ``_save_resolving`` does."""
         (conflict,) = commit([(held.snapshot, held.stored_version, list(held.pending))])
-        if conflict is not None:
-            current = self.store.get(held.snapshot.task_id)
-            if current is None or _without_lease(current) != _without_lease(held.snapshot):
-                raise conflict
+        if conflict is not None and not self._already_stored(held):
+            raise conflict
         held.stored_version = held.snapshot.status_version
 
     def _save_resolving(self, held: _Held) -> None:
@@ -554,8 +623,7 @@ class Controller:
         try:
             self.store.save(held.snapshot, expect_version=held.stored_version)
         except ConcurrencyConflict:
-            current = self.store.get(held.snapshot.task_id)
-            if current is None or _without_lease(current) != _without_lease(held.snapshot):
+            if not self._already_stored(held):
                 raise
         held.stored_version = held.snapshot.status_version
 

@@ -25,7 +25,7 @@ Replies
 Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the tasks it
 started are returned again and nothing new is started.
 Invariants: only PENDING tasks move, each by one version; never touches another status.
-Bound: at most 4 * limit candidates examined, `limit` started.
+Bound: about max(2 * limit, 2 * index keys) candidates examined, `limit` started.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
@@ -54,19 +54,23 @@ if rcall('EXISTS', memo) == 1 then
   return reply
 end
 
--- Candidates: the oldest `4 * limit` entries over the pending index keys of these buckets.
-local scan = 4 * limit
-local candidates = {}
+-- Candidates: the oldest few entries of each pending index key of these buckets, about
+-- 2 * limit in all, so the work per call follows the batch, not the backlog. (Starting is
+-- oldest-first within a key, not across all of them: fairness, not a total order.)
+local sources = {}
 for _, b in ipairs(buckets) do
   if not is_uint(b) then return badarg('bucket malformed') end
   local combo = 'pending:' .. b
   local names = names_wanted
   if #names == 0 then names = rcall('HKEYS', root .. 'nm:' .. combo) end
-  for _, name in ipairs(names) do
-    local raw = rcall('ZRANGE', root .. 'ix:' .. combo .. ':' .. name, 0, scan - 1, 'WITHSCORES')
-    for i = 1, #raw, 2 do
-      candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
-    end
+  for _, name in ipairs(names) do sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. name end
+end
+local per_source = math.min(2 * limit, math.max(2, math.ceil(2 * limit / math.max(1, #sources))))
+local candidates = {}
+for _, source in ipairs(sources) do
+  local raw = rcall('ZRANGE', source, 0, per_source - 1, 'WITHSCORES')
+  for i = 1, #raw, 2 do
+    candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
   end
 end
 table.sort(candidates, function(a, b)
@@ -76,7 +80,7 @@ end)
 
 -- Pass 1: read and validate; pick the ones that may start now.
 local chosen = {}
-for i = 1, math.min(#candidates, scan) do
+for i = 1, #candidates do
   if #chosen >= limit then break end
   local id = candidates[i].id
   local key = root .. 't:' .. id

@@ -81,6 +81,7 @@ class _Held:
     stop_commands: list[str] = field(default_factory=list)
     done: bool = False
     final_outcome: str = "already-terminal"
+    queued: bool = False  # waiting for the group committer
 
 
 @dataclass
@@ -486,6 +487,7 @@ class Controller:
         held.done = True
         held.final_outcome = "stopped" if status is TaskStatus.STOPPED else outcome
         if self._group_commit and not now_please:  # many finished tasks per round trip
+            held.queued = True
             self._commits.put(held)
             return
         self._flush(held)
@@ -516,6 +518,7 @@ class Controller:
                     break
             self._flush_many(batch)
             for held in batch:
+                held.queued = False  # if the write failed, the supervisor retries it
                 self._settle(held)
 
     def _flush_many(self, batch: list[_Held]) -> None:
@@ -658,6 +661,8 @@ class Controller:
                     log.warning("%s: supervising %s: %s", self.owner, held.snapshot.task_id, exc)
 
     def _supervise_one(self, held: _Held) -> None:
+        if held.queued:
+            return  # the committer writes it
         if held.pending and self._flush(held) and held.done:
             self._forget(held)
             return

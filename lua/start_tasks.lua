@@ -116,7 +116,7 @@ for _, c in ipairs(chosen) do
   if rcall('ZCOUNT', history, version, version) == 0 then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'
     rcall('ZADD', history, version,
-      history_entry(version, 'pending', 'running', tonumber(now), reason))
+      history_entry(version, 'P', 'R', tonumber(now), reason))
   end
   rcall('RPUSH', memo, c.id)
   reply[#reply + 1] = c.id

@@ -1,6 +1,7 @@
 -- lib/msgpack_entry: the msgpack bytes of one history entry, built in Lua (fakeredis has no
 -- cmsgpack): the array [version, from_status | nil, to_status, at_us, reason | nil], the shape
--- stores/redis.py reads back. Integers are below 2^53, so Lua doubles hold them exactly.
+-- stores/redis.py reads back, statuses as its one-letter codes (P R Z S F X L). Integers are
+-- below 2^53, so Lua doubles hold them exactly.
 
 local function mp_uint(n)
   if n < 128 then return string.char(n) end

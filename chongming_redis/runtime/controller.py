@@ -763,13 +763,9 @@ class Controller:
         ):
             return "no-change"
         now = self.clock.now()
-        new = _advance(snapshot, target, now)
-        try:
-            self.store.save(new, expect_version=snapshot.status_version)
-        except ConcurrencyConflict:
+        reason = f"{command.kind.value} by {command.issued_by or '?'}"
+        if not self._move(snapshot, _advance(snapshot, target, now), reason):
             return "conflict-retry"
-        self._append(Transition(snapshot.task_id, new.status_version, snapshot.status, target, now,
-                                f"{command.kind.value} by {command.issued_by or '?'}"))  # fmt: skip
         return target.value
 
     def _apply(self, held: _Held, kind: CommandKind, command_id: str | None) -> str:
@@ -837,15 +833,11 @@ class Controller:
                     report.stalled.append(snapshot.task_id)
                 continue
             lost = _advance(snapshot, TaskStatus.LOST, now)
-            try:
-                self.store.save(lost, expect_version=snapshot.status_version)
-            except ConcurrencyConflict:
-                continue  # the holder (or another reconciler) moved it on first
             reason = (
                 f"lease of {snapshot.lease_owner or 'nobody'} expired at {snapshot.lease_until}"
             )
-            self._append(Transition(snapshot.task_id, lost.status_version, snapshot.status,
-                                    TaskStatus.LOST, now, reason))  # fmt: skip
+            if not self._move(snapshot, lost, reason):
+                continue  # the holder (or another reconciler) moved it on first
             report.lost.append(snapshot.task_id)
             if self._queue_retry(lost, "lost"):
                 report.retried.append(snapshot.task_id)
@@ -858,14 +850,24 @@ class Controller:
         delay = self.retry.delay(snapshot.attempt)
         retried = _advance(snapshot, TaskStatus.PENDING, now, attempt=snapshot.attempt + 1,
                            not_before=now + delay, progress=None)  # fmt: skip
-        try:
-            self.store.save(retried, expect_version=snapshot.status_version)
-        except ConcurrencyConflict:
-            return False
         attempt = f"{snapshot.attempt + 1}/{self.retry.max_attempts}"
         reason = f"retry {attempt} after {why}, in {delay.total_seconds():.1f}s"
-        self._append(Transition(snapshot.task_id, retried.status_version, snapshot.status,
-                                TaskStatus.PENDING, now, reason))  # fmt: skip
+        return self._move(snapshot, retried, reason)
+
+    def _move(self, snapshot: TaskSnapshot, new: TaskSnapshot, reason: str) -> bool:
+        """Compare-and-set a task nobody here holds, with its history entry: in one round trip
+        (so the history has no gap) where the store has ``commit_tasks``. False on conflict."""
+        transition = Transition(snapshot.task_id, new.status_version, snapshot.status,
+                                new.status, new.updated_at, reason)  # fmt: skip
+        commit = getattr(self.store, "commit_tasks", None)
+        if commit is not None:
+            (conflict,) = commit([(new, snapshot.status_version, [transition])])
+            return conflict is None
+        try:
+            self.store.save(new, expect_version=snapshot.status_version)
+        except ConcurrencyConflict:
+            return False
+        self._append(transition)
         return True
 
     def _stored_or_none(self, held: _Held) -> TaskSnapshot | None:

@@ -36,6 +36,7 @@ class TaskType:
     name: str
     fn: Callable[..., Any]
     params_model: type[BaseModel] | None
+    isolation: str = "thread"
 
     def validate(self, params: Any) -> Any:
         """The parameters as they are stored (JSON types), or ``InvalidParams``."""
@@ -63,15 +64,25 @@ class App:
         self.types: dict[str, TaskType] = {}
 
     def task(
-        self, name: str | None = None, *, params: type[BaseModel] | None = None
+        self,
+        name: str | None = None,
+        *,
+        params: type[BaseModel] | None = None,
+        isolation: str = "thread",
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn(ctx, params)`` under ``name`` (default: the function's name). With a
         pydantic model (``params=`` or the annotation of the second argument), submitted
-        parameters are validated and the function receives a model instance."""
+        parameters are validated and the function receives a model instance.
+
+        ``isolation="process"`` runs each execution in a child process (CPU-heavy work; stop
+        and pause then work without the task's cooperation: see ``runtime/isolation.py``)."""
+        if isolation not in ("thread", "process"):
+            raise ValueError(f"isolation must be 'thread' or 'process', not {isolation!r}")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             task_name = check_identifier(name or fn.__name__, "task name")
-            self.types[task_name] = TaskType(task_name, fn, params or _annotated_model(fn))
+            model = params or _annotated_model(fn)
+            self.types[task_name] = TaskType(task_name, fn, model, isolation)
             return fn
 
         return register

@@ -71,6 +71,15 @@ class TaskContext:
     def stop_requested(self) -> bool:
         return self._stop
 
+    def record(self, progress: Progress | None) -> None:
+        """A heartbeat (and progress) from a task running in a child process: recorded, never
+        blocking or raising (the parent controls the child with signals instead)."""
+        with self._cond:
+            self.beats += 1
+            if progress is not None:
+                self.progress = progress
+                self.progress_dirty = True
+
     # -- called by the controller ----------------------------------------------------------
 
     def request_stop(self) -> None:

@@ -49,6 +49,7 @@ from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
+from chongming_redis.runtime.isolation import ChildFailed, run_in_process
 from chongming_redis.runtime.notify import WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.retry import RetryPolicy
 from chongming_redis.stores.codec import encode_payload
@@ -438,7 +439,10 @@ class Controller:
         task_type = self.app.types[snapshot.name]
         try:
             params = task_type.load(snapshot.params)
-            result = task_type.fn(ctx, params)
+            if task_type.isolation == "process":
+                result = run_in_process(ctx, task_type.fn, params)
+            else:
+                result = task_type.fn(ctx, params)
             if isinstance(result, BaseModel):
                 result = result.model_dump(mode="json")
         except TaskLost as exc:
@@ -447,6 +451,10 @@ class Controller:
             return
         except TaskStopped:
             self._finish(held, TaskStatus.STOPPED, reason="stop requested", outcome="stopped")
+            return
+        except ChildFailed as exc:
+            failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
+            self._fail(held, failure)
             return
         except Exception as exc:
             failure = Failure(type(exc).__name__, str(exc)[:4000], traceback.format_exc()[-16000:])

@@ -1,0 +1,107 @@
+"""Process isolation: run a task function in a child process.
+
+For CPU-heavy work (the child has its own GIL) and for control that does not depend on the
+task's cooperation: a stop kills the child, a pause stops it with SIGSTOP and a resume
+continues it with SIGCONT, a lost lease kills it. The child's ``ctx.checkpoint()`` sends its
+progress to the parent, which records it as usual; the parent (not the child) talks to the
+store, so fencing and write-through are unchanged.
+
+The function must be importable by name (a module-level function), because the child is
+started with ``spawn`` (a clean interpreter, safe with the parent's threads).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from chongming_redis.model import Progress
+from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
+
+
+class ChildFailed(Exception):
+    """The task raised in its child process; carries the child's type name and traceback."""
+
+    def __init__(self, error_type: str, message: str, child_traceback: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.child_traceback = child_traceback
+
+
+class _ChildContext:
+    """The ``ctx`` a task sees in the child: checkpoints go to the parent over a pipe."""
+
+    def __init__(self, conn: Connection, task_id: str, attempt: int) -> None:
+        self._conn = conn
+        self.task_id = task_id
+        self.attempt = attempt
+
+    def checkpoint(
+        self,
+        progress: Progress | None = None,
+        *,
+        current: int | float | None = None,
+        total: int | float | None = None,
+        message: str | None = None,
+    ) -> None:
+        if progress is None and current is not None:
+            progress = Progress(current, total, message)
+        self._conn.send(("beat", progress))
+
+
+def _child_main(conn: Connection, fn: Any, params: Any, task_id: str, attempt: int) -> None:
+    try:
+        result = fn(_ChildContext(conn, task_id, attempt), params)
+        conn.send(("result", result))
+    except BaseException as exc:
+        conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -> Any:
+    """Run ``fn(child_ctx, params)`` in a child process and mirror the parent's control onto
+    it. Returns the result; raises ``TaskStopped``/``TaskLost`` after killing the child, or
+    ``ChildFailed`` if the task raised."""
+    spawn = multiprocessing.get_context("spawn")
+    parent_end, child_end = spawn.Pipe(duplex=False)
+    child = spawn.Process(
+        target=_child_main, args=(child_end, fn, params, ctx.task_id, ctx.attempt), daemon=True
+    )
+    child.start()
+    child_end.close()
+    stopped_by_us = False
+    try:
+        while True:
+            if ctx.lost_reason is not None or ctx.stop_requested:
+                child.kill()
+                child.join()
+                if ctx.lost_reason is not None:
+                    raise TaskLost(f"task {ctx.task_id!r}: {ctx.lost_reason}")
+                raise TaskStopped(f"task {ctx.task_id!r}: stop requested")
+            if ctx.paused != stopped_by_us and child.pid is not None:
+                os.kill(child.pid, signal.SIGSTOP if ctx.paused else signal.SIGCONT)
+                stopped_by_us = ctx.paused
+            if parent_end.poll(poll):
+                try:
+                    message = parent_end.recv()
+                except EOFError:
+                    child.join()
+                    raise ChildFailed("ChildDied", f"exit code {child.exitcode}", "") from None
+                if message[0] == "beat":
+                    ctx.record(message[1])
+                elif message[0] == "result":
+                    child.join()
+                    return message[1]
+                else:
+                    child.join()
+                    raise ChildFailed(message[1], message[2], message[3])
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+        parent_end.close()

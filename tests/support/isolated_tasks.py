@@ -1,0 +1,29 @@
+"""Task types that run in child processes (``isolation="process"``): importable by name."""
+
+from __future__ import annotations
+
+import time
+
+from chongming_redis.runtime.app import App
+
+app = App("isolated")
+
+
+@app.task(isolation="process")
+def spin_forever(ctx, params):  # type: ignore[no-untyped-def]
+    """CPU-bound and never checks in: only a hard stop can end it."""
+    while True:
+        pass
+
+
+@app.task(isolation="process")
+def count(ctx, params):  # type: ignore[no-untyped-def]
+    for i in range(params["n"]):
+        ctx.checkpoint(current=i, total=params["n"])
+        time.sleep(params.get("sleep", 0.01))
+    return {"counted": params["n"]}
+
+
+@app.task(isolation="process")
+def explode(ctx, params):  # type: ignore[no-untyped-def]
+    raise RuntimeError("boom in the child")

@@ -1,0 +1,82 @@
+"""Process isolation: a task in a child process is stopped, paused and resumed without its
+cooperation, reports progress through the parent, and its result or failure is recorded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from chongming_redis import InMemoryTaskStore, TaskStatus
+from chongming_redis.runtime.controller import Controller
+from tests.support.isolated_tasks import app
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def controller() -> Iterator[Controller]:
+    worker = Controller(InMemoryTaskStore(), app=app, owner="iso", start_poll_interval=0.05,
+                        progress_interval=0.05, task_lease=5.0)  # fmt: skip
+    worker.start()
+    yield worker
+    worker.shutdown(grace=1.0, hand_back="stop")
+
+
+def status(controller: Controller, task_id: str) -> TaskStatus:
+    snapshot = controller.get(task_id)
+    assert snapshot is not None
+    return snapshot.status
+
+
+def test_a_task_that_never_checks_in_is_stopped_by_killing_its_process(
+    controller: Controller,
+) -> None:
+    task_id = controller.submit("spin_forever")
+    wait_until(lambda: status(controller, task_id) is TaskStatus.RUNNING)
+    assert controller.stop(task_id) == "stopping"
+    wait_until(lambda: status(controller, task_id) is TaskStatus.STOPPED)
+    assert [t.to_status for t in controller.history(task_id)][-1] is TaskStatus.STOPPED
+
+
+def test_pause_freezes_the_child_and_resume_lets_it_finish(controller: Controller) -> None:
+    task_id = controller.submit("count", {"n": 200, "sleep": 0.01})
+
+    def progress() -> int | float:
+        snapshot = controller.get(task_id)
+        return -1 if snapshot is None or snapshot.progress is None else snapshot.progress.current
+
+    wait_until(lambda: progress() >= 5)
+    assert controller.pause(task_id) == "paused"
+    time.sleep(0.3)  # let the last heartbeats before the SIGSTOP arrive
+    frozen = progress()
+    time.sleep(0.5)
+    assert progress() == frozen, "a paused child does no work"
+    assert status(controller, task_id) is TaskStatus.PAUSED
+    assert controller.resume(task_id) == "resumed"
+    wait_until(lambda: status(controller, task_id) is TaskStatus.SUCCEEDED)
+    snapshot = controller.get(task_id)
+    assert snapshot is not None and snapshot.result == {"counted": 200}
+
+
+def test_a_failure_in_the_child_is_recorded_with_its_type_and_traceback(
+    controller: Controller,
+) -> None:
+    task_id = controller.submit("explode")
+    wait_until(lambda: status(controller, task_id) is TaskStatus.FAILED)
+    snapshot = controller.get(task_id)
+    assert snapshot is not None and snapshot.failure is not None
+    assert snapshot.failure.error_type == "RuntimeError"
+    assert snapshot.failure.message == "boom in the child"
+    assert "explode" in (snapshot.failure.traceback or "")
+
+
+def test_isolation_must_be_thread_or_process() -> None:
+    with pytest.raises(ValueError, match="isolation"):
+        app.task(isolation="fiber")

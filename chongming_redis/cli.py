@@ -73,13 +73,23 @@ def _params_line(text: str) -> str:
     return f"{head}: {'; '.join(errors)}" if errors else head
 
 
+#: Hidden switch (for the stress harness): ``1`` opens the store with the command lease
+#: audit stream on (``RedisTaskStore(audit=True)``).
+AUDIT_ENV = "CHONGMING_AUDIT"
+
+
 def open_store(redis_url: str | None, namespace: str) -> Any:
     from chongming_redis.stores.redis import RedisTaskStore
 
     if not redis_url:
         raise UserError("no Redis given: pass --redis URL or set CHONGMING_REDIS_URL")
     store = RedisTaskStore.from_url(
-        redis_url, namespace=namespace, socket_timeout=5, socket_connect_timeout=2, retries=1
+        redis_url,
+        namespace=namespace,
+        socket_timeout=5,
+        socket_connect_timeout=2,
+        retries=1,
+        audit=os.environ.get(AUDIT_ENV) == "1",
     )
     store.counts()  # fail now, with one line, if the server cannot be reached
     return store

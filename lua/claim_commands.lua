@@ -10,7 +10,10 @@ KEYS[4]  {ns}:          the namespace root; command keys {ns}:c:<cid> are derive
 ARGV[1]  now (us)
 ARGV[2]  lease_until = now + lease (us)
 ARGV[3]  limit (1..1000)
+KEYS[5]  {ns}:audit     the lease audit stream (written only when ARGV[5] is '1')
 ARGV[4]  memo TTL in milliseconds (the lease length: after it, the memo is of no use)
+ARGV[5]  '1' to audit: XADD {ns}:audit op claim cid <id> until <lease_until> now <now> for
+         each command leased (not on a memo retry, which leases nothing); '0' (or absent): off
 
 Replies
   {'OK', cid1, fields1, cid2, fields2, ...}   fields = the command hash as HGETALL gives it
@@ -21,12 +24,14 @@ Idempotency: if the memo exists, this is a retry of a call whose reply was lost;
 commands are returned and nothing new is leased (RELIABILITY fact 2).
 Invariants: a command is in exactly one of cq / cl while unfinished; two claims never both
 hold a valid lease on one command. Bound: at most 1000 expired leases are moved back per call,
-at most `limit` commands leased.
+at most `limit` commands leased (and as many audit entries).
 ]]
 --- @include "lib/common"
 
 local queue, leases, memo, root = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local audit = KEYS[5]
 local now, lease_until, limit, memo_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local auditing = ARGV[5] == '1'
 for _, v in ipairs({ now, lease_until, limit, memo_ttl }) do
   if not is_uint(v) then return badarg('numeric argument malformed') end
 end
@@ -85,6 +90,10 @@ for i = 1, #candidates do
     rcall('ZREM', queue, c.id)
     rcall('ZADD', leases, lease_until, c.id)
     claimed[#claimed + 1] = c.id
+    if auditing then
+      rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
+        'op', 'claim', 'cid', c.id, 'until', lease_until, 'now', now)
+    end
   elseif c.expired then -- expired but not taken now: back to the queue, claimable by age
     rcall('ZREM', leases, c.id)
     rcall('ZADD', queue, c.created, c.id)

@@ -4,10 +4,14 @@
 KEYS[1]  {ns}:c:<cid>  the command hash
 KEYS[2]  {ns}:cq
 KEYS[3]  {ns}:cl
+KEYS[4]  {ns}:audit    the lease audit stream (written only when ARGV[5] is '1')
 ARGV[1]  command id
 ARGV[2]  finished_at (us)
 ARGV[3]  '1' if an outcome is given, else '0'
 ARGV[4]  the outcome (ignored when ARGV[3] is '0')
+ARGV[5]  '1' to audit: when this call finishes the command (not ALREADY), XADD {ns}:audit
+         op complete cid <id> until '' now <finished_at> lu <the stored lease_until or ''>;
+         '0' (or absent): off
 
 Replies
   {'OK'}             finished now
@@ -15,12 +19,13 @@ Replies
   {'NOTFOUND'}       no such command
   {'CORRUPT', ...} | {'BADARG', detail}
 
-Bound: four commands.
+Bound: five commands.
 ]]
 --- @include "lib/common"
 
-local command_key, queue, leases = KEYS[1], KEYS[2], KEYS[3]
+local command_key, queue, leases, audit = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, finished_at, has_outcome, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local auditing = ARGV[5] == '1'
 if not is_uint(finished_at) then return badarg('finished_at malformed') end
 local kind = key_type(command_key)
 if kind == 'none' then return { 'NOTFOUND' } end
@@ -33,4 +38,9 @@ else
 end
 rcall('ZREM', queue, id)
 rcall('ZREM', leases, id)
+if auditing then
+  local held = rcall('HGET', command_key, 'lu') or ''
+  rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
+    'op', 'complete', 'cid', id, 'until', '', 'now', finished_at, 'lu', held)
+end
 return { 'OK' }

@@ -6,7 +6,9 @@ Inputs are plain data, so each checker can be unit-tested on hand-made histories
   scripts atomically with every save/start: the server-side linearization per task);
 * final snapshots: ``{task_id: TaskSnapshot | None}``;
 * execution records: ``"<task>|<attempt>|<pid>|<nonce>"`` strings from the app's lists;
-* the driver's client log: acknowledged submits and control calls.
+* the driver's client log: acknowledged submits and control calls;
+* the command lease audit: ``{ns}:audit`` stream entries (``RedisTaskStore(audit=True)``),
+  in stream order, which is the order the server executed the scripts in.
 
 Every checker returns a list of :class:`Violation`; a clean run has none.
 """
@@ -18,6 +20,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 
@@ -247,6 +250,108 @@ def check_commands(
         if finished and cid in live:
             found.append(Violation("command_state", cid, "finished but still claimable"))
     return found
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One entry of the ``{ns}:audit`` stream: a lease change made by a command script."""
+
+    op: str  # claim | complete | release
+    cid: str
+    now: int  # µs: the claim's now, the completion's finished_at, the release's now
+    until: int | None  # µs: the lease a claim granted; None for complete/release
+
+
+def parse_audit(entries: Iterable[Any] | None) -> list[AuditEntry]:
+    """``XRANGE {ns}:audit - +`` (``[(entry_id, {field: value})]``) as audit entries,
+    in stream order."""
+    parsed = []
+    for _entry_id, raw in entries or ():
+        fields = {_str(k): _str(v) for k, v in raw.items()}
+        until = fields.get("until", "")
+        parsed.append(
+            AuditEntry(
+                op=fields["op"],
+                cid=fields["cid"],
+                now=int(fields["now"]),
+                until=int(until) if until else None,
+            )
+        )
+    return parsed
+
+
+@dataclass
+class LeaseAudit:
+    violations: list[Violation]
+    claims: int = 0
+    completes: int = 0
+    releases: int = 0
+    #: completions with no valid lease at their ``finished_at`` (the protocol allows it, e.g.
+    #: a stop command completed when its task finishes after the command lease ran out):
+    #: informational, not a violation.
+    completions_without_lease: int = 0
+
+
+def audit_command_leases(entries: Iterable[AuditEntry]) -> LeaseAudit:
+    """Replay the audit per command. Each claim opens the lease ``[now, until)``; a release or
+    a completion ends it early. Violations:
+
+    * ``double_claims``: a claim at ``now`` while another lease on the command is still valid
+      (``until > now``), or a claim of a command that was already completed;
+    * ``duplicate_completions``: a command completed more than once.
+
+    A completion while no lease is valid at its ``finished_at`` is counted in
+    ``completions_without_lease``."""
+    result = LeaseAudit([])
+    lease: dict[str, tuple[int, int]] = {}  # cid -> (start, until) of the current lease
+    completed: Counter[str] = Counter()
+    for e in entries:
+        held = lease.get(e.cid)
+        if e.op == "claim":
+            result.claims += 1
+            if completed[e.cid]:
+                result.violations.append(
+                    Violation("double_claims", e.cid, f"claimed at {e.now} after completion")
+                )
+            elif held is not None and held[1] > e.now:
+                result.violations.append(
+                    Violation(
+                        "double_claims",
+                        e.cid,
+                        f"claimed at {e.now} while the lease [{held[0]}, {held[1]}) is valid",
+                    )
+                )
+            lease[e.cid] = (e.now, e.until if e.until is not None else e.now)
+        elif e.op == "release":
+            result.releases += 1
+            lease.pop(e.cid, None)
+        elif e.op == "complete":
+            result.completes += 1
+            completed[e.cid] += 1
+            if completed[e.cid] > 1:
+                result.violations.append(
+                    Violation(
+                        "duplicate_completions",
+                        e.cid,
+                        f"command completed {completed[e.cid]} times (again at {e.now})",
+                    )
+                )
+            if held is None or not held[0] <= e.now < held[1]:
+                result.completions_without_lease += 1
+            lease.pop(e.cid, None)
+        else:
+            detail = f"audit entry with unknown op {e.op!r}"
+            result.violations.append(Violation("command_state", e.cid, detail))
+    return result
+
+
+def check_command_leases(entries: Iterable[AuditEntry]) -> list[Violation]:
+    """The violations of :func:`audit_command_leases`."""
+    return audit_command_leases(entries).violations
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def count(violations: Iterable[Violation]) -> Counter[str]:

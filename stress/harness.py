@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chongming_redis.cli import AUDIT_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.buckets import BucketPolicy
@@ -87,6 +88,7 @@ class Workers:
             {
                 stress_app.URL_ENV: self.url,
                 stress_app.NS_ENV: self.namespace,
+                AUDIT_ENV: "1",  # workers write the command lease audit
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
             }
         )
@@ -174,7 +176,9 @@ class ClientLog:
 
 
 def _open_store(url: str, namespace: str) -> RedisTaskStore:
-    return RedisTaskStore.from_url(url, namespace=namespace, socket_timeout=5, retries=3)
+    return RedisTaskStore.from_url(
+        url, namespace=namespace, socket_timeout=5, retries=3, audit=True
+    )
 
 
 def run(opts: Options) -> dict[str, Any]:
@@ -383,6 +387,9 @@ def collect(
         commands[cid] = {_text(k): _text(v) for k, v in raw.items()}
     queued = [_text(m) for m in client.zrange(store.keys.command_queue, 0, -1)]
     leased = [_text(m) for m in client.zrange(store.keys.command_leases, 0, -1)]
+    lease_audit = checkers.audit_command_leases(
+        checkers.parse_audit(client.xrange(store.keys.audit, "-", "+"))
+    )
 
     found = (
         checkers.check_starts(histories)
@@ -392,6 +399,7 @@ def collect(
         + checkers.check_durability(acked_tasks, finals, "task")
         + checkers.check_durability(acked_commands, commands, "command")
         + checkers.check_commands(commands, queued, leased)
+        + lease_audit.violations
     )
     counts = checkers.count(found)
     statuses = Counter(s.status.value for s in finals.values() if s is not None)
@@ -417,6 +425,11 @@ def collect(
         "commands_sent": len(acked_commands),
         "commands_finished": sum(1 for c in commands.values() if c.get("f")),
         "command_outcomes": dict(Counter(c.get("o", "") for c in commands.values() if c.get("f"))),
+        # the server-side command lease audit ({ns}:audit), replayed by check_command_leases
+        "audit_claims": lease_audit.claims,
+        "audit_completes": lease_audit.completes,
+        "audit_releases": lease_audit.releases,
+        "completions_without_lease": lease_audit.completions_without_lease,
     }
     for kind in VIOLATION_KINDS:
         report[kind] = counts.get(kind, 0)
@@ -467,6 +480,10 @@ def render(report: dict[str, Any]) -> None:
         "fenced_effects",
         "commands_sent",
         "commands_finished",
+        "audit_claims",
+        "audit_completes",
+        "audit_releases",
+        "completions_without_lease",
         "worker_processes_started",
         "seconds",
     ):

@@ -26,6 +26,9 @@ key                   type    meaning
 ``{ns}:bucket-owner`` hash    bucket -> the worker holding its lease
 ``{ns}:bucket-until`` hash    bucket -> that lease's expiry (ms)
 ``{ns}:meta``         hash    ``num_buckets`` recorded by the first worker
+``{ns}:audit``        stream  command lease audit (only with ``audit=True``): one entry
+                              ``op claim|complete|release cid until now [lu]`` per lease
+                              change, written by the changing script; capped ~1,000,000
 ====================  ======  =================================================================
 
 Why identifiers are safe verbatim: the hash tag is the *first* ``{...}`` of a key, and it comes
@@ -113,6 +116,7 @@ class Keys:
         self.bucket_owner = self.root + "bucket-owner"
         self.bucket_until = self.root + "bucket-until"
         self.meta = self.root + "meta"
+        self.audit = self.root + "audit"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id

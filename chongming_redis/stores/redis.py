@@ -97,6 +97,7 @@ class RedisTaskStore:
         namespace: str,
         check_server: bool = True,
         owns_client: bool = False,
+        audit: bool = False,
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisTaskStore needs a client with decode_responses=False")
@@ -104,6 +105,11 @@ class RedisTaskStore:
         self._client = client
         self._owns_client = owns_client
         self._closed = False
+        #: When on, every command lease change (claim, complete, release) is also appended,
+        #: by the same script, to the stream ``{ns}:audit`` (see ``Keys``): the server-side
+        #: record the stress checker ``check_command_leases`` reads.
+        self.audit = bool(audit)
+        self._audit_flag = "1" if audit else "0"
         self.legacy_scripts = False
         with self._errors():
             self.legacy_scripts = not _supports_script_flags(client)
@@ -124,6 +130,7 @@ class RedisTaskStore:
         socket_connect_timeout: float = 2.0,
         retries: int = 3,
         check_server: bool = True,
+        audit: bool = False,
         **options: Any,
     ) -> RedisTaskStore:
         """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``).
@@ -143,7 +150,9 @@ class RedisTaskStore:
             )
         except ValueError as exc:
             raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
-        return cls(client, namespace=namespace, check_server=check_server, owns_client=True)
+        return cls(
+            client, namespace=namespace, check_server=check_server, owns_client=True, audit=audit
+        )
 
     @property
     def namespace(self) -> str:
@@ -446,8 +455,9 @@ class RedisTaskStore:
         k = self.keys
         memo_ms = max(1000, math.ceil(lease_seconds * 1000))
         memo = k.claim_memo(_token())
-        keys = [k.command_queue, k.command_leases, memo, k.root]
-        reply = self._run("claim_commands", keys, [encode_dt(now), until, limit, memo_ms])
+        keys = [k.command_queue, k.command_leases, memo, k.root, k.audit]
+        args = [encode_dt(now), until, limit, memo_ms, self._audit_flag]
+        reply = self._run("claim_commands", keys, args)
         ids = [_text(reply[i]) for i in range(1, len(reply), 2)]
         try:
             return [self._decode_command(ids[j], _pairs(reply[2 + 2 * j])) for j in range(len(ids))]
@@ -455,7 +465,8 @@ class RedisTaskStore:
             # The script checks every field it can; a payload is msgpack, which Lua cannot
             # check on every server. Undo the batch so that nothing stays leased, then report.
             for command_id in ids:
-                self._command_script("release_command", command_id, [command_id])
+                args = [command_id, self._audit_flag, encode_dt(now)]
+                self._command_script("release_command", command_id, args)
             self._read(memo, lambda c: c.delete(memo))
             raise
 
@@ -464,11 +475,13 @@ class RedisTaskStore:
     ) -> None:
         check.check_complete(command_id, now, outcome)
         args = [command_id, encode_dt(now), "0" if outcome is None else "1", outcome or ""]
+        args.append(self._audit_flag)
         self._command_script("complete_command", command_id, args)
 
     def release_command(self, command_id: str, *, now: datetime) -> None:
         check.check_release(command_id, now)
-        self._command_script("release_command", command_id, [command_id])
+        args = [command_id, self._audit_flag, encode_dt(now)]
+        self._command_script("release_command", command_id, args)
 
     # -- operations ------------------------------------------------------------------------
 
@@ -518,7 +531,7 @@ class RedisTaskStore:
 
     def _command_script(self, name: str, command_id: str, args: list[Any]) -> None:
         k = self.keys
-        keys = [k.command(command_id), k.command_queue, k.command_leases]
+        keys = [k.command(command_id), k.command_queue, k.command_leases, k.audit]
         if self._run(name, keys, args)[0] == "NOTFOUND":
             raise CommandNotFound(command_id)
 

@@ -159,7 +159,13 @@ class Nemesis:
         return ok, f"reply of EVALSHA #{nth} dropped" if ok else "no EVALSHA within 15 s"
 
     def _reset_connections(self, arg: int) -> tuple[bool, str]:
+        # Right after a Redis restart or a reset no worker may be connected yet: wait (bounded)
+        # for connections to reset rather than record a fault that did nothing.
+        deadline = time.monotonic() + 5.0
         count = self.proxy.reset_all()
+        while count == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            count = self.proxy.reset_all()
         return count > 0, f"{count} connections reset"
 
     def _redis_restart(self, arg: int) -> tuple[bool, str]:

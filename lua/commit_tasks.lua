@@ -2,8 +2,10 @@
 --[[ commit_tasks: save several tasks and append their history, in one round trip.
 
 The runtime's write-through: each item is a `save` (compare-and-set on status_version, never
-the lease columns) plus the history entries of the transitions it makes. Items are independent:
-one item's conflict does not stop the others.
+the lease columns) plus the history entries of the transitions it makes — or, when its expected
+version is '', a `create` (refused if the id exists) plus its entries, so a submitted task and
+its first history entry land together. Items are independent: one item's conflict does not stop
+the others.
 
 KEYS[1]  {ns}:   the namespace root; task, history and index keys are derived from it
 ARGV[1]  number of items; then per item:
@@ -12,8 +14,9 @@ ARGV[1]  number of items; then per item:
 
 Replies
   {'OK', code1, actual1, code2, actual2, ...}   per item: 'OK' (written), 'APPLIED' (this
-        call's token is already there: a retry), or 'CONFLICT' with the stored version ('' if
-        the task does not exist); nothing is written for a conflicting item
+        call's token is already there: a retry), 'CONFLICT' with the stored version ('' if
+        the task does not exist), or 'EXISTS' (a create whose id is taken); nothing is written
+        for a conflicting item
   {'CORRUPT', key, field, detail}   an item's stored task or history does not decode; nothing
         written for any item
   {'BADARG', detail}
@@ -32,9 +35,10 @@ if not is_uint(count) or tonumber(count) > 100 then return badarg('item count ma
 -- Pass 1: parse and classify every item; no writes.
 local items, pos = {}, 2
 for i = 1, tonumber(count) do
-  local args, err, after = read_task_args(false, pos, true)
+  local creating = ARGV[pos + 2] == ''
+  local args, err, after = read_task_args(creating, pos, true)
   if not args then return err end
-  if not is_uint(args.expect) then return badarg('expected version malformed') end
+  if not creating and not is_uint(args.expect) then return badarg('expected version malformed') end
   local entries, p = {}, after
   local n = ARGV[p]
   if not is_uint(n) then return badarg('entry count malformed') end
@@ -47,7 +51,14 @@ for i = 1, tonumber(count) do
   local key = root .. 't:' .. args.id
   local item = { args = args, key = key, entries = entries, code = 'OK', actual = '' }
   local kind = key_type(key)
-  if kind == 'none' then
+  if creating then
+    item.create = true
+    if kind ~= 'none' and kind ~= 'hash' then
+      return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
+    elseif kind == 'hash' then
+      item.code = rcall('HGET', key, 'w') == args.token and 'APPLIED' or 'EXISTS'
+    end
+  elseif kind == 'none' then
     item.code = 'CONFLICT'
   elseif kind ~= 'hash' then
     return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
@@ -82,7 +93,10 @@ if pos ~= #ARGV + 1 then return badarg('trailing arguments') end
 local reply = { 'OK' }
 for _, item in ipairs(items) do
   local args = item.args
-  if item.code == 'OK' then
+  if item.code == 'OK' and item.create then
+    rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
+    index_add(root, args.id, args.view)
+  elseif item.code == 'OK' then
     if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
     rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
     if index_view_changed(item.old, args.view) then
@@ -90,7 +104,7 @@ for _, item in ipairs(items) do
       index_add(root, args.id, args.view)
     end
   end
-  if item.code ~= 'CONFLICT' then
+  if item.code == 'OK' or item.code == 'APPLIED' then
     for _, e in ipairs(item.entries) do
       if rcall('ZCOUNT', item.history, e.version, e.version) == 0 then
         rcall('ZADD', item.history, e.version, e.entry)

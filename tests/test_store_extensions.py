@@ -78,3 +78,44 @@ def test_bucket_counts_follow_creates_and_saves(store) -> None:  # type: ignore[
     counts = store.bucket_counts()
     assert counts[1][TaskStatus.RUNNING] == 1 and counts[1][TaskStatus.PENDING] == 1
     assert counts[7][TaskStatus.SUCCEEDED] == 1 and counts[7][TaskStatus.RUNNING] == 0
+
+
+def test_commit_tasks_creates_a_task_with_its_first_history_entry(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    from chongming_redis import TaskAlreadyExists, Transition
+
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    fresh = task("new", status=TaskStatus.PENDING)
+    entry = Transition("new", 3, None, TaskStatus.PENDING, T0, "submitted")
+    assert store.commit_tasks([(fresh, None, [entry])]) == [None]
+    assert store.get("new") == fresh
+    assert store.history("new") == [entry]
+    assert store.counts()[TaskStatus.PENDING] == 1
+
+    (error,) = store.commit_tasks([(task("new", bucket=5), None, [])])
+    assert isinstance(error, TaskAlreadyExists)
+    assert store.get("new") == fresh, "an existing task is never overwritten"
+
+
+def test_submit_many_creates_every_task_with_its_history_in_few_round_trips(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    from chongming_redis.runtime.app import App, UnknownTask
+    from chongming_redis.runtime.controller import Controller
+
+    app = App("batch")
+
+    @app.task()
+    def noop(ctx, params):  # type: ignore[no-untyped-def]
+        return None
+
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    client = Controller(store, app=app, owner="submitter")
+    ids = client.submit_many("noop", [{"i": i} for i in range(250)])
+    assert len(set(ids)) == 250
+    assert store.counts()[TaskStatus.PENDING] == 250
+    assert [h.to_status for h in store.history(ids[-1])] == [TaskStatus.PENDING]
+    with pytest.raises(UnknownTask):
+        client.submit_many("nope", [{}])
+    assert store.counts()[TaskStatus.PENDING] == 250

@@ -339,30 +339,32 @@ class RedisTaskStore:
         ]
 
     def commit_tasks(
-        self, items: Sequence[tuple[TaskSnapshot, int, Sequence[Transition]]]
-    ) -> list[ConcurrencyConflict | None]:
+        self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
+    ) -> list[StoreError | None]:
         """Save each snapshot (compare-and-set on its expected version, never the lease) and
-        append its transitions: one round trip per 100 items (``lua/commit_tasks.lua``).
-        Returns, per item, ``None`` when written (or already written by a retried call) or the
-        ``ConcurrencyConflict`` it met; a conflicting item writes nothing. Items must name
-        distinct tasks (each is checked against the state before the call)."""
-        results: list[ConcurrencyConflict | None] = []
+        append its transitions: one round trip per 100 items (``lua/commit_tasks.lua``). An
+        expected version of ``None`` creates the task instead (with its lease, as ``create``).
+        Returns, per item, ``None`` when written (or already written by a retried call), or
+        the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it met; such an item writes nothing.
+        Items must name distinct tasks (each is checked against the state before the call)."""
+        results: list[StoreError | None] = []
         for start in range(0, len(items), 100):
             batch = items[start : start + 100]
             args: list[Any] = [len(batch)]
             for snapshot, expect, transitions in batch:
-                row = snapshot_to_row(check.check_save(snapshot, expect))
-                args += self._task_args(row, expect, counted=True)
+                if expect is None:
+                    row = snapshot_to_row(check.check_snapshot(snapshot))
+                    args += self._task_args(row, "", with_lease=True, counted=True)
+                else:
+                    row = snapshot_to_row(check.check_save(snapshot, expect))
+                    args += self._task_args(row, expect, counted=True)
                 args.append(len(transitions))
                 for transition in transitions:
                     args += [transition.version, _entry(check.check_transition(transition))]
             reply = self._run("commit_tasks", [self.keys.root], args)
             for i, (snapshot, expect, _) in enumerate(batch):
                 code, actual = _text(reply[1 + 2 * i]), _text(reply[2 + 2 * i])
-                conflict = ConcurrencyConflict(
-                    snapshot.task_id, expect, int(actual) if actual else None
-                )
-                results.append(conflict if code == "CONFLICT" else None)
+                results.append(_commit_error(snapshot.task_id, expect, code, actual))
         return results
 
     def server_time(self) -> datetime:
@@ -626,6 +628,14 @@ _STATUS_CODES = {
     "stopped": "X", "lost": "L",
 }  # fmt: skip
 _STATUS_NAMES = {code: name for name, code in _STATUS_CODES.items()}
+
+
+def _commit_error(task_id: str, expect: int | None, code: str, actual: str) -> StoreError | None:
+    if code == "EXISTS":
+        return TaskAlreadyExists(task_id)
+    if code == "CONFLICT":
+        return ConcurrencyConflict(task_id, expect or 0, int(actual) if actual else None)
+    return None
 
 
 def _entry(transition: Transition) -> bytes:

@@ -100,8 +100,7 @@ for _, item in ipairs(items) do
     if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
     rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
     if index_view_changed(item.old, args.view) then
-      index_remove(root, args.id, item.old)
-      index_add(root, args.id, args.view)
+      index_move(root, args.id, item.old, args.view)
     end
   end
   if item.code == 'OK' or item.code == 'APPLIED' then

@@ -48,7 +48,6 @@ if not old then return bad end
 if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
 rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
 if index_view_changed(old, args.view) then
-  index_remove(root, args.id, old)
-  index_add(root, args.id, args.view)
+  index_move(root, args.id, old, args.view)
 end
 return { 'OK' }

@@ -110,8 +110,7 @@ for _, c in ipairs(chosen) do
   running.s = 'running'
   rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', version), 'u', now, 'hb', now,
     'lo', owner, 'lu', lease_until, 'w', token)
-  index_remove(root, c.id, c.view)
-  index_add(root, c.id, running)
+  index_move(root, c.id, c.view, running)
   local history = root .. 'h:' .. c.id
   if rcall('ZCOUNT', history, version, version) == 0 then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'

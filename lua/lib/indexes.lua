@@ -41,3 +41,46 @@ local function index_remove(root, id, t)
   for i = 1, #t.tags do rcall('ZREM', root .. 'tag:' .. t.tags[i], id) end
   if TERMINAL[t.s] then rcall('ZREM', root .. 'term', id) end
 end
+
+local function tag_set(t)
+  local set = {}
+  for i = 1, #t.tags do set[t.tags[i]] = true end
+  return set
+end
+
+-- Move a task's index entries from view `old` to view `new`, touching only what differs: a
+-- status change moves one composite entry and four counters, not every tag entry.
+local function index_move(root, id, old, new)
+  local moved_time = old.c ~= new.c
+  if old.s ~= new.s or old.b ~= new.b or old.n ~= new.n or moved_time then
+    rcall('ZREM', root .. 'ix:' .. old.s .. ':' .. old.b .. ':' .. old.n, id)
+    count_down(root .. 'nm:' .. old.s .. ':' .. old.b, old.n)
+    rcall('ZADD', root .. 'ix:' .. new.s .. ':' .. new.b .. ':' .. new.n, new.c, id)
+    count_up(root .. 'nm:' .. new.s .. ':' .. new.b, new.n)
+  end
+  if old.s ~= new.s then
+    count_down(root .. 'counts', old.s)
+    count_up(root .. 'counts', new.s)
+  end
+  if old.s ~= new.s or old.b ~= new.b then
+    count_down(root .. 'counts', old.s .. ':' .. old.b)
+    count_up(root .. 'counts', new.s .. ':' .. new.b)
+  end
+  if old.p ~= new.p or moved_time then
+    if old.p then rcall('ZREM', root .. 'p:' .. old.p, id) end
+    if new.p then rcall('ZADD', root .. 'p:' .. new.p, new.c, id) end
+  end
+  if old.g ~= new.g or moved_time then
+    local keep, had = tag_set(new), tag_set(old)
+    for tag in next, had do
+      if not keep[tag] or moved_time then rcall('ZREM', root .. 'tag:' .. tag, id) end
+    end
+    for tag in next, keep do
+      if not had[tag] or moved_time then rcall('ZADD', root .. 'tag:' .. tag, new.c, id) end
+    end
+  end
+  local was, is = TERMINAL[old.s], TERMINAL[new.s]
+  if was and (not is or moved_time) then rcall('ZREM', root .. 'term', id) end
+  if is and (not was or moved_time) then rcall('ZADD', root .. 'term', new.c, id) end
+end
+

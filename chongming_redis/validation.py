@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 MAX_ID_BYTES = 1024
 MAX_INT = 2**53 - 1
@@ -124,10 +123,6 @@ def check_positive_seconds(value: object, what: str, *, maximum: float) -> float
     if not math.isfinite(seconds) or seconds <= 0 or seconds > maximum:
         raise ValueError(f"{what} must be > 0 and <= {maximum}, not {value!r}")
     return seconds
-
-
-def type_name(value: Any) -> str:
-    return type(value).__name__
 
 
 MAX_DT = EPOCH + timedelta(microseconds=MAX_EPOCH_US)

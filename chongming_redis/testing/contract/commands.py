@@ -1,0 +1,175 @@
+"""Control commands: submit, claim, complete, release."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from chongming_redis import (
+    CommandAlreadyExists,
+    CommandKind,
+    CommandNotFound,
+    StoreError,
+)
+from chongming_redis.testing.contract.support import (
+    MAX_CLAIM_LIMIT,
+    ONE_US,
+    RUNNING,
+    ContractBase,
+    at,
+    command,
+    raises,
+    snapshot,
+)
+
+
+class CommandRules(ContractBase):
+    # -- commands ----------------------------------------------------------------------------
+
+    def test_claim_leases_until_now_plus_lease_seconds(self) -> None:
+        assert self.store.claim_commands(now=at(0), lease_seconds=30) == []
+        self.store.submit_command(command("c1"))
+        got = self.store.claim_commands(now=at(100), lease_seconds=30, limit=10)
+        assert got == [replace(command("c1"), lease_until=at(130))]
+        assert got[0].finished_at is None
+
+    def test_claim_honours_a_fractional_lease(self) -> None:
+        self.store.submit_command(command("c1"))
+        got = self.store.claim_commands(now=at(0), lease_seconds=0.25, limit=1)
+        assert [c.lease_until for c in got] == [at(0.25)]
+        assert self.claimed(0.25 - 1e-6) == []
+        assert self.claimed(0.25) == ["c1"]
+
+    def test_claim_returns_oldest_created_first_with_ties_by_command_id(self) -> None:
+        for command_id, created in (("d", 3), ("b", 1), ("c", 1), ("a", 2), ("0", 9)):
+            self.store.submit_command(command(command_id, created=created))
+        assert self.claimed(100) == ["b", "c", "a", "d", "0"]
+
+    def test_claim_respects_the_limit_and_leaves_the_rest_claimable(self) -> None:
+        for i in range(5):
+            self.store.submit_command(command(f"c{i}", created=i))
+        assert self.claimed(10, limit=2) == ["c0", "c1"]
+        assert self.claimed(10, limit=1) == ["c2"]
+        assert self.claimed(10, limit=50) == ["c3", "c4"]
+        assert self.claimed(10) == []
+
+    def test_a_leased_command_is_not_claimed_again_before_its_lease_expires(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0, lease=30) == ["c1"]
+        assert self.claimed(0, lease=30) == []
+        assert self.claimed(15) == []
+        got = self.store.claim_commands(now=at(30) - ONE_US, lease_seconds=30)
+        assert got == []
+
+    def test_a_command_is_claimable_again_once_its_lease_has_expired(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0, lease=30) == ["c1"]
+        again = self.store.claim_commands(now=at(30), lease_seconds=10)
+        assert again == [replace(command("c1"), lease_until=at(40))]
+        assert self.claimed(39) == []
+        assert self.claimed(41) == ["c1"]
+
+    def test_claim_skips_leased_commands_and_takes_the_next_ones(self) -> None:
+        for i in range(3):
+            self.store.submit_command(command(f"c{i}", created=i))
+        assert self.claimed(0, limit=1) == ["c0"]
+        self.store.submit_command(command("late", created=-5))
+        assert self.claimed(1) == ["late", "c1", "c2"]
+
+    def test_a_completed_command_is_never_claimed_again(self) -> None:
+        self.store.submit_command(command("c1"))
+        self.store.submit_command(command("c2", created=1))
+        assert self.claimed(0, lease=30) == ["c1", "c2"]
+        self.store.complete_command("c1", now=at(1), outcome="stopped")
+        assert self.claimed(31) == ["c2"]
+        assert self.claimed(10_000) == ["c2"]
+        self.store.submit_command(command("never-claimed"))
+        self.store.complete_command("never-claimed", now=at(1), outcome="already-terminal")
+        assert self.claimed(20_000) == ["c2"]
+
+    def test_completing_a_finished_command_again_is_harmless(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0) == ["c1"]
+        self.store.complete_command("c1", now=at(1), outcome="stopped")
+        self.store.complete_command("c1", now=at(2), outcome="other")
+        self.store.complete_command("c1", now=at(3))
+        assert self.claimed(100) == []
+
+    def test_release_makes_a_claimed_command_claimable_at_once(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0, lease=30) == ["c1"]
+        self.store.release_command("c1", now=at(1))
+        got = self.store.claim_commands(now=at(1), lease_seconds=30)
+        assert got == [replace(command("c1"), lease_until=at(31))]
+
+    def test_release_does_not_complete_the_command(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0, lease=30) == ["c1"]
+        self.store.release_command("c1", now=at(1))
+        self.store.release_command("c1", now=at(1))
+        assert self.claimed(100, lease=30) == ["c1"]
+        self.store.complete_command("c1", now=at(101), outcome="stopped")
+        assert self.claimed(1000) == []
+
+    def test_release_of_an_unclaimed_command_leaves_it_claimable(self) -> None:
+        self.store.submit_command(command("c1"))
+        self.store.release_command("c1", now=at(0))
+        assert self.claimed(0) == ["c1"]
+
+    def test_release_of_a_finished_command_leaves_it_finished(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0) == ["c1"]
+        self.store.complete_command("c1", now=at(1), outcome="stopped")
+        self.store.release_command("c1", now=at(2))
+        assert self.claimed(2) == []
+        assert self.claimed(1000) == []
+
+    def test_complete_of_an_unknown_command_raises_command_not_found(self) -> None:
+        error = raises(CommandNotFound, self.store.complete_command, "nope", now=at(0))
+        assert isinstance(error, StoreError) and error.command_id == "nope"
+        assert self.claimed(0) == []
+
+    def test_release_of_an_unknown_command_raises_command_not_found(self) -> None:
+        error = raises(CommandNotFound, self.store.release_command, "nope", now=at(0))
+        assert isinstance(error, StoreError) and error.command_id == "nope"
+        assert self.claimed(0) == []
+
+    def test_submit_of_an_existing_command_id_raises_and_keeps_the_original(self) -> None:
+        original = command("c1", kind=CommandKind.STOP, payload={"v": 1})
+        self.store.submit_command(original)
+        duplicate = command("c1", kind=CommandKind.PAUSE, created=-1, payload={"v": 2})
+        error = raises(CommandAlreadyExists, self.store.submit_command, duplicate)
+        assert isinstance(error, StoreError) and error.command_id == "c1"
+        claimed = self.store.claim_commands(now=at(0), lease_seconds=5)
+        assert claimed == [replace(original, lease_until=at(5))]
+
+    def test_submitting_a_command_does_not_touch_tasks(self) -> None:
+        before = snapshot("t1", status=RUNNING)
+        self.put(before)
+        self.store.submit_command(command("c1", task_id="t1"))
+        self.assert_untouched(before)
+        assert self.store.history("t1") == []
+
+    def test_claim_refuses_a_lease_that_is_not_a_positive_finite_number(self) -> None:
+        self.store.submit_command(command("c1"))
+        for bad in (0, 0.0, -1, -0.5, float("nan"), float("inf")):
+            raises(ValueError, self.store.claim_commands, now=at(0), lease_seconds=bad)
+        for wrong in (True, "30", None):
+            raises(TypeError, self.store.claim_commands, now=at(0), lease_seconds=wrong)
+        assert self.claimed(0) == ["c1"]
+
+    def test_claim_refuses_a_limit_outside_one_to_a_thousand(self) -> None:
+        self.store.submit_command(command("c1"))
+        for bad in (0, -1, MAX_CLAIM_LIMIT + 1):
+            raises(ValueError, self.store.claim_commands, now=at(0), lease_seconds=1, limit=bad)
+        for wrong in (True, 1.0, "5"):
+            raises(TypeError, self.store.claim_commands, now=at(0), lease_seconds=1, limit=wrong)
+        assert self.claimed(0, limit=MAX_CLAIM_LIMIT) == ["c1"]
+
+    def test_claim_complete_and_release_refuse_a_naive_now(self) -> None:
+        self.store.submit_command(command("c1"))
+        naive = datetime(2024, 3, 10, 12, 0)
+        raises(ValueError, self.store.claim_commands, now=naive, lease_seconds=30)
+        raises(ValueError, self.store.complete_command, "c1", now=naive)
+        raises(ValueError, self.store.release_command, "c1", now=naive)
+        assert self.claimed(0) == ["c1"]

@@ -1,0 +1,129 @@
+"""``prune`` and ``close``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chongming_redis.stores.protocol import PROTOCOL_METHODS
+from chongming_redis.testing.contract.support import (
+    FAILED,
+    LIVE,
+    LOST,
+    PAUSED,
+    RUNNING,
+    STOPPED,
+    SUCCEEDED,
+    TERMINAL,
+    ContractBase,
+    at,
+    command,
+    outcome_of,
+    raises,
+    snapshot,
+    transition,
+)
+
+
+class OperationRules(ContractBase):
+    # -- prune -------------------------------------------------------------------------------
+
+    def test_prune_keeps_the_newest_terminal_tasks_and_drops_the_oldest(self) -> None:
+        created = {"t3": 3, "t1": 1, "t5": 5, "t2": 2, "t4": 4}
+        self.put(*(snapshot(i, status=SUCCEEDED, created=c) for i, c in created.items()))
+        assert self.store.prune(keep_terminal=2) == 3
+        assert self.ids() == ["t4", "t5"]
+        assert self.store.get("t1") is None
+
+    def test_prune_decides_by_created_at_not_updated_at(self) -> None:
+        self.put(
+            snapshot("old", status=FAILED, created=1, updated_at=at(100)),
+            snapshot("new", status=FAILED, created=2, updated_at=at(2)),
+        )
+        assert self.store.prune(keep_terminal=1) == 1
+        assert self.ids() == ["new"]
+
+    def test_prune_drops_the_history_of_dropped_tasks_only(self) -> None:
+        self.put(
+            snapshot("old", status=STOPPED, created=1), snapshot("new", status=LOST, created=2)
+        )
+        self.put(snapshot("live", created=0))
+        for task_id in ("old", "new", "live"):
+            self.store.append(transition(task_id, 1))
+            self.store.append(transition(task_id, 2))
+        assert self.store.prune(keep_terminal=1) == 1
+        assert self.store.history("old") == []
+        assert self.store.history("new") == [transition("new", 1), transition("new", 2)]
+        assert self.store.history("live") == [transition("live", 1), transition("live", 2)]
+
+    def test_prune_never_drops_a_live_task(self) -> None:
+        self.put(*(snapshot(s.value, status=s, created=-100 + i) for i, s in enumerate(LIVE)))
+        self.put(snapshot("done", status=SUCCEEDED, created=50))
+        assert self.store.prune(keep_terminal=0) == 1
+        assert self.ids() == ["pending", "running", "paused"]
+        assert self.store.prune(keep_terminal=0) == 0
+        assert self.ids() == ["pending", "running", "paused"]
+
+    def test_prune_counts_only_terminal_tasks_toward_keep_terminal(self) -> None:
+        self.put(snapshot("a", status=FAILED, created=1), snapshot("b", status=FAILED, created=2))
+        self.put(*(snapshot(f"live{i}", status=RUNNING, created=10 + i) for i in range(3)))
+        assert self.store.prune(keep_terminal=2) == 0
+        assert len(self.ids()) == 5
+
+    def test_prune_treats_every_terminal_status_as_terminal(self) -> None:
+        self.put(*(snapshot(s.value, status=s, created=i) for i, s in enumerate(TERMINAL)))
+        self.put(snapshot("live", status=PAUSED, created=-1))
+        assert self.store.prune(keep_terminal=0) == len(TERMINAL)
+        assert self.ids() == ["live"]
+
+    def test_prune_with_keep_terminal_at_or_above_the_count_drops_nothing(self) -> None:
+        assert self.store.prune(keep_terminal=0) == 0
+        assert self.store.prune(keep_terminal=10) == 0
+        self.put(snapshot("a", status=FAILED), snapshot("b", status=LOST, created=1))
+        assert self.store.prune(keep_terminal=2) == 0
+        assert self.store.prune(keep_terminal=1000) == 0
+        assert self.ids() == ["a", "b"]
+
+    def test_prune_refuses_a_negative_or_bool_keep_terminal(self) -> None:
+        self.put(snapshot("a", status=FAILED))
+        raises(ValueError, self.store.prune, keep_terminal=-1)
+        raises(TypeError, self.store.prune, keep_terminal=True)
+        assert self.ids() == ["a"]
+
+    def test_a_pruned_id_can_be_created_again(self) -> None:
+        self.put(snapshot("t1", status=FAILED))
+        self.store.append(transition("t1", 1))
+        assert self.store.prune(keep_terminal=0) == 1
+        self.put(snapshot("t1", created=5))
+        assert self.store.get("t1") == snapshot("t1", created=5)
+        assert self.store.history("t1") == []
+
+    # -- close -------------------------------------------------------------------------------
+
+    def test_close_is_idempotent(self) -> None:
+        self.close_store()
+        self.store.close()
+        self.store.close()
+
+    def test_every_method_after_close_raises_store_closed(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.submit_command(command("c1"))
+        self.close_store()
+        calls: dict[str, Callable[[], object]] = {
+            "create": lambda: self.store.create(snapshot("t2")),
+            "save": lambda: self.store.save(snapshot("t1", version=2), expect_version=1),
+            "get": lambda: self.store.get("t1"),
+            "query": lambda: self.store.query(),
+            "counts": lambda: self.store.counts(),
+            "append": lambda: self.store.append(transition("t1", 1)),
+            "history": lambda: self.store.history("t1"),
+            "touch": lambda: self.store.touch("t1", heartbeat_at=at(1)),
+            "submit_command": lambda: self.store.submit_command(command("c2")),
+            "claim_commands": lambda: self.store.claim_commands(now=at(0), lease_seconds=1),
+            "complete_command": lambda: self.store.complete_command("c1", now=at(0)),
+            "release_command": lambda: self.store.release_command("c1", now=at(0)),
+            "prune": lambda: self.store.prune(keep_terminal=0),
+        }
+        assert set(calls) == set(PROTOCOL_METHODS) - {"close"}
+        wrong = {name: outcome_of(call) for name, call in calls.items()}
+        wrong = {name: outcome for name, outcome in wrong.items() if outcome != "StoreClosed"}
+        assert not wrong, f"after close() these did not raise StoreClosed: {wrong}"

@@ -1,0 +1,155 @@
+"""``save``: compare-and-set, version jumps, conflicts, and the lease it never writes."""
+
+from __future__ import annotations
+
+from chongming_redis import (
+    ConcurrencyConflict,
+    Progress,
+    StoreError,
+)
+from chongming_redis.testing.contract.support import (
+    FAILED,
+    RUNNING,
+    STOPPED,
+    SUCCEEDED,
+    ContractBase,
+    at,
+    counted,
+    raises,
+    snapshot,
+    transition,
+)
+
+
+class SaveRules(ContractBase):
+    # -- save --------------------------------------------------------------------------------
+
+    def test_save_with_the_expected_version_replaces_the_task(self) -> None:
+        self.put(snapshot("t1"))
+        moved = snapshot(
+            "t1", status=RUNNING, version=2, tags=frozenset({"x"}), updated_at=at(5), attempt=2
+        )
+        self.store.save(moved, expect_version=1)
+        assert self.store.get("t1") == moved
+
+    def test_save_with_a_stale_version_raises_a_conflict_naming_both_versions(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.save(snapshot("t1", status=RUNNING, version=2), expect_version=1)
+        error = raises(
+            ConcurrencyConflict,
+            self.store.save,
+            snapshot("t1", status=SUCCEEDED, version=3),
+            expect_version=1,
+        )
+        assert isinstance(error, StoreError)
+        assert (error.task_id, error.expected, error.actual) == ("t1", 1, 2)
+
+    def test_save_with_an_expected_version_ahead_of_the_store_is_a_conflict(self) -> None:
+        self.put(snapshot("t1", version=2))
+        error = raises(
+            ConcurrencyConflict, self.store.save, snapshot("t1", version=6), expect_version=5
+        )
+        assert (error.expected, error.actual) == (5, 2)
+
+    def test_a_rejected_save_changes_nothing(self) -> None:
+        before = snapshot("t1", status=RUNNING, version=4, params={"keep": True})
+        self.put(before)
+        self.store.append(transition("t1", 4))
+        stale = snapshot("t1", status=FAILED, version=5, params={"keep": False}, bucket=9)
+        raises(ConcurrencyConflict, self.store.save, stale, expect_version=3)
+        self.assert_untouched(before)
+        assert self.store.counts() == counted(running=1)
+        assert self.where(statuses={FAILED}) == []
+        assert self.where(buckets={9}) == []
+        assert self.store.history("t1") == [transition("t1", 4)]
+
+    def test_a_rejected_save_is_not_retried_against_the_newer_version(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.save(snapshot("t1", status=RUNNING, version=2), expect_version=1)
+        raises(
+            ConcurrencyConflict,
+            self.store.save,
+            snapshot("t1", status=STOPPED, version=5),
+            expect_version=1,
+        )
+        self.store.save(snapshot("t1", status=SUCCEEDED, version=3), expect_version=2)
+        assert self.store.get("t1") == snapshot("t1", status=SUCCEEDED, version=3)
+
+    def test_save_of_a_missing_task_is_a_conflict_with_actual_none(self) -> None:
+        error = raises(
+            ConcurrencyConflict, self.store.save, snapshot("ghost", version=2), expect_version=1
+        )
+        assert (error.task_id, error.expected, error.actual) == ("ghost", 1, None)
+        assert self.store.get("ghost") is None
+        assert self.store.query() == []
+        assert self.store.counts() == counted()
+
+    def test_save_allows_the_version_to_jump(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.save(snapshot("t1", status=RUNNING, version=4), expect_version=1)
+        got = self.store.get("t1")
+        assert got is not None and got.status_version == 4
+        for skipped in (1, 2, 3):
+            error = raises(
+                ConcurrencyConflict,
+                self.store.save,
+                snapshot("t1", version=skipped + 1),
+                expect_version=skipped,
+            )
+            assert error.actual == 4
+        self.store.save(snapshot("t1", status=SUCCEEDED, version=5), expect_version=4)
+        assert self.store.get("t1") == snapshot("t1", status=SUCCEEDED, version=5)
+
+    def test_save_of_a_version_not_above_expect_version_raises_value_error(self) -> None:
+        before = snapshot("t1", version=3)
+        self.put(before)
+        raises(
+            ValueError, self.store.save, snapshot("t1", status=RUNNING, version=3), expect_version=3
+        )
+        raises(
+            ValueError, self.store.save, snapshot("t1", status=RUNNING, version=2), expect_version=3
+        )
+        self.assert_untouched(before)
+
+    def test_save_refuses_a_bool_or_negative_expect_version(self) -> None:
+        before = snapshot("t1")
+        self.put(before)
+        raises(TypeError, self.store.save, snapshot("t1", version=2), expect_version=True)
+        raises(ValueError, self.store.save, snapshot("t1", version=2), expect_version=-1)
+        self.assert_untouched(before)
+
+    def test_save_does_not_clobber_the_lease(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.touch("t1", lease_owner="worker-1", lease_until=at(30))
+        moved = snapshot("t1", status=RUNNING, version=2)
+        assert moved.lease_owner is None and moved.lease_until is None
+        self.store.save(moved, expect_version=1)
+        got = self.store.get("t1")
+        assert got is not None and got.status == RUNNING
+        assert (got.lease_owner, got.lease_until) == ("worker-1", at(30))
+
+    def test_save_keeps_the_stored_lease_when_the_snapshot_carries_another(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.touch("t1", lease_owner="worker-1", lease_until=at(30))
+        other = snapshot("t1", status=RUNNING, version=2, lease_owner="w2", lease_until=at(99))
+        self.store.save(other, expect_version=1)
+        got = self.store.get("t1")
+        assert got is not None and got.status == RUNNING
+        assert (got.lease_owner, got.lease_until) == ("worker-1", at(30))
+
+    def test_save_does_not_write_a_lease_onto_a_task_without_one(self) -> None:
+        self.put(snapshot("t1"))
+        other = snapshot("t1", status=RUNNING, version=2, lease_owner="w2", lease_until=at(99))
+        self.store.save(other, expect_version=1)
+        got = self.store.get("t1")
+        assert got is not None and got.status == RUNNING
+        assert (got.lease_owner, got.lease_until) == (None, None)
+
+    def test_save_writes_the_progress_and_heartbeat_the_snapshot_carries(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.touch("t1", progress=Progress(1, 10), heartbeat_at=at(5))
+        moved = snapshot(
+            "t1", status=RUNNING, version=2, progress=Progress(7.5, 10, "m"), heartbeat_at=at(8)
+        )
+        self.store.save(moved, expect_version=1)
+        assert self.store.get("t1") == moved

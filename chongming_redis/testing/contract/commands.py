@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from chongming_redis import (
+    Command,
     CommandAlreadyExists,
     CommandKind,
     CommandNotFound,
@@ -13,11 +14,15 @@ from chongming_redis import (
 )
 from chongming_redis.testing.contract.support import (
     MAX_CLAIM_LIMIT,
+    MAX_LEASE_SECONDS,
     ONE_US,
     RUNNING,
+    SUCCEEDED,
+    T0,
     ContractBase,
     at,
     command,
+    counted,
     raises,
     snapshot,
 )
@@ -173,3 +178,96 @@ class CommandRules(ContractBase):
         raises(ValueError, self.store.complete_command, "c1", now=naive)
         raises(ValueError, self.store.release_command, "c1", now=naive)
         assert self.claimed(0) == ["c1"]
+
+    # -- commands over time (round two) ------------------------------------------------------
+
+    def test_finished_commands_never_occupy_the_claim_window(self) -> None:
+        for i in range(300):
+            self.store.submit_command(command(f"old{i:03}", created=i / 1000))
+        assert len(self.claimed(1, limit=MAX_CLAIM_LIMIT)) == 300
+        for i in range(300):
+            self.store.complete_command(f"old{i:03}", now=at(2))
+        self.store.submit_command(command("new", created=5))
+        assert self.claimed(10, limit=1) == ["new"]
+        self.store.submit_command(command("newer", created=6))
+        assert self.claimed(10, limit=1) == ["newer"]
+
+    def test_validly_leased_commands_never_occupy_the_claim_window(self) -> None:
+        for i in range(150):
+            self.store.submit_command(command(f"held{i:03}", created=i / 1000))
+        assert len(self.claimed(0, lease=60, limit=MAX_CLAIM_LIMIT)) == 150
+        self.store.submit_command(command("free", created=1))
+        assert self.claimed(1, limit=1) == ["free"]
+
+    def test_a_reclaim_of_an_expired_command_is_leased_from_now(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0, lease=10) == ["c1"]
+        again = self.store.claim_commands(now=at(100), lease_seconds=10)
+        assert again == [replace(command("c1"), lease_until=at(110))]
+        assert self.claimed(109) == []
+        assert self.claimed(110) == ["c1"]
+
+    def test_a_lease_is_counted_from_the_now_given_not_the_wall_clock(self) -> None:
+        far = datetime(2200, 1, 1, tzinfo=timezone.utc)
+        self.store.submit_command(command("c1"))
+        got = self.store.claim_commands(now=far, lease_seconds=60)
+        assert [c.lease_until for c in got] == [far + timedelta(seconds=60)]
+        assert self.store.claim_commands(now=far, lease_seconds=60) == []
+
+    def test_release_puts_a_command_back_at_its_original_age(self) -> None:
+        self.store.submit_command(command("old", created=0))
+        self.store.submit_command(command("young", created=5))
+        assert self.claimed(10, limit=1) == ["old"]
+        self.store.release_command("old", now=at(20))
+        got = self.store.claim_commands(now=at(20), lease_seconds=5, limit=1)
+        assert got == [replace(command("old", created=0), lease_until=at(25))]
+        assert self.claimed(20) == ["young"]
+
+    def test_release_and_complete_touch_no_other_command_of_the_same_task(self) -> None:
+        for i in range(3):
+            self.store.submit_command(command(f"c{i}", task_id="t1", created=i))
+        assert self.claimed(0, lease=30) == ["c0", "c1", "c2"]
+        self.store.release_command("c1", now=at(1))
+        assert self.claimed(1) == ["c1"]
+        self.store.complete_command("c0", now=at(2))
+        assert self.claimed(29) == []
+        assert self.claimed(31) == ["c1", "c2"]
+
+    def test_claim_orders_commands_by_microsecond_with_ties_by_command_id(self) -> None:
+        base = T0.replace(microsecond=500_000)
+        spec = (("d", 3), ("a", 2), ("c", 1), ("b", 1), ("e", 0))
+        for command_id, micros in spec:
+            self.store.submit_command(
+                Command(command_id, "t1", CommandKind.STOP, base + micros * ONE_US)
+            )
+        assert self.claimed(100, limit=2) == ["e", "b"]
+        assert self.claimed(100) == ["c", "a", "d"]
+
+    def test_a_lease_longer_than_the_maximum_is_refused_not_clamped(self) -> None:
+        self.store.submit_command(command("c1"))
+        for too_long in (MAX_LEASE_SECONDS + 1, MAX_LEASE_SECONDS * 2, 1e12):
+            raises(ValueError, self.store.claim_commands, now=at(0), lease_seconds=too_long)
+        assert self.claimed(0, lease=1) == ["c1"]
+        self.store.release_command("c1", now=at(0))
+        got = self.store.claim_commands(now=at(0), lease_seconds=MAX_LEASE_SECONDS)
+        assert [c.lease_until for c in got] == [at(MAX_LEASE_SECONDS)]
+
+    def test_a_command_for_an_unknown_or_finished_task_is_stored_as_is(self) -> None:
+        self.put(snapshot("done", status=SUCCEEDED))
+        unknown = command("c1", task_id="nobody", kind=CommandKind.RESUME, payload={"x": 1})
+        finished = command("c2", task_id="done", kind=CommandKind.PAUSE, created=1)
+        self.store.submit_command(unknown)
+        self.store.submit_command(finished)
+        got = self.store.claim_commands(now=at(5), lease_seconds=1)
+        assert got == [replace(unknown, lease_until=at(6)), replace(finished, lease_until=at(6))]
+        assert self.store.get("nobody") is None
+        assert self.store.counts() == counted(succeeded=1)
+
+    def test_a_command_can_be_completed_after_its_lease_expired_or_unclaimed(self) -> None:
+        self.store.submit_command(command("c1"))
+        self.store.submit_command(command("c2", created=1))
+        assert self.claimed(0, lease=1) == ["c1", "c2"]
+        self.store.complete_command("c1", now=at(50))
+        assert self.claimed(50) == ["c2"]
+        self.store.complete_command("c2", now=at(50))
+        assert self.claimed(100) == []

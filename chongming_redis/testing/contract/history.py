@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from chongming_redis import (
+    ConcurrencyConflict,
+    Progress,
+    TaskAlreadyExists,
     TaskStatus,
 )
 from chongming_redis.testing.contract.support import (
@@ -11,6 +16,8 @@ from chongming_redis.testing.contract.support import (
     RUNNING,
     SUCCEEDED,
     ContractBase,
+    at,
+    command,
     counted,
     raises,
     snapshot,
@@ -93,3 +100,86 @@ class CountsAndHistoryRules(ContractBase):
         assert self.store.history("a") == [transition("a", 1, reason="a")]
         assert self.store.history("b") == [transition("b", 1, reason="b")]
         assert self.store.history("ab") == []
+
+    # -- counters over several items and repeated calls (round two) --------------------------
+
+    def test_counts_do_not_move_on_a_save_that_keeps_the_status(self) -> None:
+        self.put(snapshot("a", status=RUNNING), snapshot("b", status=RUNNING, created=1))
+        self.put(snapshot("c", created=2))
+        for version in (2, 3, 7):
+            self.store.save(snapshot("a", status=RUNNING, version=version, bucket=version),
+                            expect_version={2: 1, 3: 2, 7: 3}[version])  # fmt: skip
+            assert self.store.counts() == counted(running=2, pending=1), version
+        assert self.store.counts() == self.store.counts()
+
+    def test_counts_do_not_move_on_a_refused_create_or_save(self) -> None:
+        self.put(snapshot("a"), snapshot("b", status=FAILED, created=1))
+        for status in TaskStatus:
+            raises(TaskAlreadyExists, self.store.create, snapshot("a", status=status, bucket=9))
+            raises(TaskAlreadyExists, self.store.create, snapshot("b", status=status))
+        assert self.store.counts() == counted(pending=1, failed=1)
+        assert self.where(buckets={9}) == [] and self.where(statuses={RUNNING}) == []
+        raises(ConcurrencyConflict, self.store.save, snapshot("a", status=LOST, version=5),
+               expect_version=4)  # fmt: skip
+        raises(ConcurrencyConflict, self.store.save, snapshot("zz", status=LOST, version=5),
+               expect_version=4)  # fmt: skip
+        assert self.store.counts() == counted(pending=1, failed=1)
+
+    def test_counts_after_pruning_several_tasks_of_one_status_at_once(self) -> None:
+        self.put(*(snapshot(f"s{i}", status=SUCCEEDED, created=i) for i in range(5)))
+        self.put(*(snapshot(f"f{i}", status=FAILED, created=10 + i) for i in range(2)))
+        self.put(snapshot("live", status=RUNNING, created=-5))
+        assert self.store.prune(keep_terminal=3) == 4
+        assert self.store.counts() == counted(failed=2, succeeded=1, running=1)
+        assert self.ids() == ["live", "s4", "f0", "f1"]
+        assert self.store.prune(keep_terminal=0) == 3
+        assert self.store.counts() == counted(running=1)
+        assert self.store.prune(keep_terminal=0) == 0
+        assert self.store.counts() == counted(running=1)
+
+    def test_counts_do_not_move_on_touch_or_commands(self) -> None:
+        self.put(snapshot("a", status=RUNNING), snapshot("b", created=1))
+        self.store.touch("a", progress=Progress(1), heartbeat_at=at(1), lease_owner="w",
+                         lease_until=at(2))  # fmt: skip
+        self.store.touch("ghost", heartbeat_at=at(1))
+        self.store.submit_command(command("c1", task_id="a"))
+        self.store.claim_commands(now=at(0), lease_seconds=5)
+        self.store.complete_command("c1", now=at(1))
+        self.store.append(transition("a", 9))
+        assert self.store.counts() == counted(running=1, pending=1)
+
+    def test_counts_equal_what_query_finds_after_a_mix_of_writes(self) -> None:
+        statuses = list(TaskStatus)
+        for i in range(21):
+            self.put(snapshot(f"t{i}", status=statuses[i % len(statuses)], created=i))
+        for i in range(0, 21, 3):
+            current = self.store.get(f"t{i}")
+            assert current is not None
+            moved = replace(current, status=statuses[(i + 2) % len(statuses)], status_version=2)
+            self.store.save(moved, expect_version=1)
+        self.store.prune(keep_terminal=4)
+        by_query = {s: len(self.where(statuses={s})) for s in TaskStatus}
+        assert self.store.counts() == by_query
+        assert sum(by_query.values()) == len(self.ids())
+
+    # -- history: identity (round two) -------------------------------------------------------
+
+    def test_an_id_reused_after_prune_starts_an_empty_history_that_accepts_appends(self) -> None:
+        self.put(snapshot("t1", status=FAILED))
+        old = [transition("t1", v, reason="old") for v in (1, 2, 3)]
+        for entry in old:
+            self.store.append(entry)
+        assert self.store.prune(keep_terminal=0) == 1
+        self.put(snapshot("t1", created=5))
+        assert self.store.history("t1") == []
+        new = [transition("t1", v, reason="new") for v in (1, 2)]
+        for entry in new:
+            self.store.append(entry)
+        assert self.store.history("t1") == new
+        assert self.store.history("t1", since_version=1) == new[1:]
+
+    def test_a_history_entry_written_before_its_task_exists_is_kept(self) -> None:
+        entry = transition("early", 1)
+        self.store.append(entry)
+        self.put(snapshot("early"))
+        assert self.store.history("early") == [entry]

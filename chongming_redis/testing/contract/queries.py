@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from chongming_redis import (
+    Progress,
     TaskQuery,
     TaskStatus,
 )
@@ -20,6 +22,7 @@ from chongming_redis.testing.contract.support import (
     T0,
     ContractBase,
     at,
+    full_snapshot,
     snapshot,
 )
 
@@ -229,3 +232,71 @@ class QueryRules(ContractBase):
         assert self.where(name_prefix="o") == [] and self.where(name_prefix="n") == ["t1"]
         assert self.where(pipeline_run_id="p1") == []
         assert self.where(pipeline_run_id="p2") == ["t1"]
+
+    # -- filters (round two) -----------------------------------------------------------------
+
+    def test_an_empty_statuses_or_buckets_set_matches_nothing(self) -> None:
+        self.put(*(snapshot(s.value, status=s, bucket=i, created=i) for i, s in
+                   enumerate(TaskStatus)))  # fmt: skip
+        assert self.where(statuses=frozenset()) == []
+        assert self.where(buckets=frozenset()) == []
+        assert self.where(statuses=frozenset(), buckets={0}) == []
+        assert self.where(buckets=set(), newest_first=True, limit=3) == []
+        assert len(self.where(statuses=None, buckets=None)) == len(TaskStatus)
+
+    def test_limit_applies_after_every_filter(self) -> None:
+        for i in range(12):
+            match = i % 3 == 2
+            self.put(
+                snapshot(
+                    f"t{i:02}",
+                    created=i,
+                    status=RUNNING if match else PENDING,
+                    name="hit" if match else "miss",
+                    tags={"io"} if match else {"ios"},
+                    bucket=5 if match else 6,
+                    pipeline_run_id="p" if match else "q",
+                )
+            )
+        matches = ["t02", "t05", "t08", "t11"]
+        filters: tuple[dict[str, Any], ...] = (
+            {"statuses": {RUNNING}},
+            {"name": "hit"},
+            {"name_prefix": "h"},
+            {"tag": "io"},
+            {"buckets": {5}},
+            {"pipeline_run_id": "p"},
+            {"statuses": {RUNNING}, "tag": "io", "buckets": {5, 7}, "name": "hit"},
+        )
+        for given in filters:
+            assert self.where(**given, limit=2) == matches[:2], given
+            assert self.where(**given, limit=3, newest_first=True) == matches[::-1][:3], given
+            assert self.where(**given, limit=1000) == matches, given
+
+    def test_query_sees_what_touch_wrote(self) -> None:
+        self.put(snapshot("t1", status=RUNNING), snapshot("t2", created=1))
+        assert self.where(statuses={RUNNING}) == ["t1"]  # a first read a cache could keep
+        self.store.touch("t1", progress=Progress(5, 10, "half"), heartbeat_at=at(3),
+                         lease_owner="w", lease_until=at(9))  # fmt: skip
+        expected = replace(snapshot("t1", status=RUNNING), progress=Progress(5, 10, "half"),
+                           heartbeat_at=at(3), lease_owner="w", lease_until=at(9))  # fmt: skip
+        assert self.store.query(TaskQuery(statuses=frozenset({RUNNING}))) == [expected]
+        assert self.store.query()[0] == expected
+        self.store.touch("t1", progress=Progress(6))
+        assert self.store.query(TaskQuery(limit=1))[0].progress == Progress(6)
+        assert self.store.get("t1") == replace(expected, progress=Progress(6))
+
+    def test_query_returns_what_get_returns_for_every_task(self) -> None:
+        self.put(full_snapshot(), snapshot("plain", created=-1), snapshot("tagged", tags={"a"}))
+        self.store.touch("plain", lease_owner="w", lease_until=at(1))
+        for got in self.store.query():
+            assert self.store.get(got.task_id) == got
+
+    def test_names_beyond_the_basic_plane_work_with_name_prefix(self) -> None:
+        names = ["a", "a\uffff", "a\U0001f642", "a\U0001f642b", "a\U0010ffff", "b", "\U0001f642"]
+        self.put(*(snapshot(f"t{i}", name=n, created=i) for i, n in enumerate(names)))
+        assert self.where(name_prefix="a") == ["t0", "t1", "t2", "t3", "t4"]
+        assert self.where(name_prefix="a\U0001f642") == ["t2", "t3"]
+        assert self.where(name_prefix="\U0001f642") == ["t6"]
+        assert self.where(name="a\U0001f642") == ["t2"]
+        assert self.where(name_prefix="a\U0010ffff") == ["t4"]

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from chongming_redis import (
     ConcurrencyConflict,
+    Failure,
     Progress,
     StoreError,
 )
 from chongming_redis.testing.contract.support import (
     FAILED,
+    PAUSED,
+    PENDING,
     RUNNING,
     STOPPED,
     SUCCEEDED,
@@ -153,3 +159,92 @@ class SaveRules(ContractBase):
         )
         self.store.save(moved, expect_version=1)
         assert self.store.get("t1") == moved
+
+    # -- what a save keeps (round two) -------------------------------------------------------
+
+    def test_a_save_keeps_unchanged_index_entries_findable(self) -> None:
+        indexed: dict[str, Any] = {
+            "name": "etl.load",
+            "bucket": 7,
+            "tags": {"io", "urgent"},
+            "pipeline_run_id": "run-1",
+        }
+        self.put(snapshot("t1", **indexed), snapshot("other", name="x", bucket=1, created=1))
+        moves = ((RUNNING, 2), (RUNNING, 3), (PAUSED, 5), (PAUSED, 6))
+        expected = 1
+        for status, version in moves:  # status changes and saves that keep the status
+            self.store.save(snapshot("t1", status=status, version=version, **indexed),
+                            expect_version=expected)  # fmt: skip
+            expected = version
+            assert self.where(name="etl.load") == ["t1"], (status, version)
+            assert self.where(name_prefix="etl") == ["t1"], (status, version)
+            assert self.where(buckets={7}) == ["t1"], (status, version)
+            assert self.where(tag="io") == ["t1"] and self.where(tag="urgent") == ["t1"]
+            assert self.where(pipeline_run_id="run-1") == ["t1"], (status, version)
+            assert self.where(statuses={status}, buckets={7}, tag="io") == ["t1"]
+            assert self.where(buckets={1}) == ["other"] and self.where(name="x") == ["other"]
+
+    def test_a_save_that_changes_one_tag_keeps_the_others(self) -> None:
+        self.put(snapshot("t1", tags={"keep", "drop"}), snapshot("t2", tags={"keep"}, created=1))
+        self.store.save(snapshot("t1", version=2, tags={"keep", "add"}), expect_version=1)
+        assert self.where(tag="keep") == ["t1", "t2"]
+        assert self.where(tag="add") == ["t1"] and self.where(tag="drop") == []
+        self.store.save(snapshot("t1", version=3, tags=set()), expect_version=2)
+        assert self.where(tag="keep") == ["t2"] and self.where(tag="add") == []
+        got = self.store.get("t1")
+        assert got is not None and got.tags == frozenset()
+
+    def test_fields_that_become_none_read_back_as_none(self) -> None:
+        filled = snapshot(
+            "t1",
+            status=RUNNING,
+            version=2,
+            key="k",
+            pipeline_run_id="run-1",
+            tags={"io"},
+            params={"p": 1},
+            result={"r": 2},
+            progress=Progress(3, 4, "m"),
+            failure=Failure("E", "m", "tb"),
+            heartbeat_at=at(5),
+            not_before=at(6),
+        )
+        self.put(filled)
+        cleared = snapshot("t1", status=PENDING, version=3)
+        self.store.save(cleared, expect_version=2)
+        assert self.store.get("t1") == cleared
+        assert self.store.query() == [cleared]
+        assert self.where(pipeline_run_id="run-1") == [] and self.where(tag="io") == []
+        self.store.save(replace(filled, status_version=4), expect_version=3)
+        assert self.store.get("t1") == replace(filled, status_version=4)
+
+    def test_each_optional_field_can_be_cleared_on_its_own(self) -> None:
+        optional: dict[str, Any] = {
+            "key": "k",
+            "pipeline_run_id": "run",
+            "params": [1],
+            "result": 0,
+            "progress": Progress(0),
+            "failure": Failure("E", ""),
+            "heartbeat_at": at(1),
+            "not_before": at(2),
+        }
+        for i, field in enumerate(optional):
+            full = snapshot(f"t{i}", created=i, **optional)
+            self.put(full)
+            cleared = replace(full, status_version=2, **{field: None})
+            self.store.save(cleared, expect_version=1)
+            assert self.store.get(f"t{i}") == cleared, field
+
+    def test_a_save_of_a_pruned_task_is_a_conflict_and_brings_nothing_back(self) -> None:
+        self.put(snapshot("t1", status=SUCCEEDED, version=3, tags={"io"}, bucket=4))
+        self.store.append(transition("t1", 3))
+        assert self.store.prune(keep_terminal=0) == 1
+        revived = snapshot("t1", status=RUNNING, version=4, tags={"io"}, bucket=4)
+        error = raises(ConcurrencyConflict, self.store.save, revived, expect_version=3)
+        assert (error.expected, error.actual) == (3, None)
+        assert self.store.get("t1") is None
+        assert self.store.query() == [] and self.where(tag="io") == []
+        assert self.where(buckets={4}) == [] and self.where(statuses={RUNNING}) == []
+        assert self.store.counts() == counted()
+        assert self.store.history("t1") == []

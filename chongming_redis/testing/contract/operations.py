@@ -9,14 +9,17 @@ from chongming_redis.testing.contract.support import (
     FAILED,
     LIVE,
     LOST,
+    ONE_US,
     PAUSED,
     RUNNING,
     STOPPED,
     SUCCEEDED,
+    T0,
     TERMINAL,
     ContractBase,
     at,
     command,
+    counted,
     outcome_of,
     raises,
     snapshot,
@@ -127,3 +130,34 @@ class OperationRules(ContractBase):
         wrong = {name: outcome_of(call) for name, call in calls.items()}
         wrong = {name: outcome for name, outcome in wrong.items() if outcome != "StoreClosed"}
         assert not wrong, f"after close() these did not raise StoreClosed: {wrong}"
+
+    # -- prune order (round two) -------------------------------------------------------------
+
+    def test_prune_breaks_created_at_ties_by_task_id(self) -> None:
+        self.put(*(snapshot(i, status=FAILED, created=1) for i in ("c", "a", "d", "b")))
+        self.put(snapshot("0", status=FAILED, created=2))
+        assert self.store.prune(keep_terminal=3) == 2
+        assert self.ids() == ["c", "d", "0"]
+        assert self.store.prune(keep_terminal=1) == 2
+        assert self.ids() == ["0"]
+
+    def test_prune_orders_by_the_instant_to_the_microsecond(self) -> None:
+        self.put(
+            snapshot("b-later", status=LOST, created_at=T0 + ONE_US, updated_at=T0),
+            snapshot("z-earlier", status=LOST, created_at=T0, updated_at=T0 + ONE_US),
+        )
+        assert self.store.prune(keep_terminal=1) == 1
+        assert self.ids() == ["b-later"]
+
+    def test_prune_of_many_drops_each_history_and_index_entry(self) -> None:
+        for i in range(30):
+            self.put(snapshot(f"t{i:02}", status=SUCCEEDED, created=i, tags={"io"}, bucket=i % 3,
+                              name="etl", pipeline_run_id="p"))  # fmt: skip
+            self.store.append(transition(f"t{i:02}", 1))
+        assert self.store.prune(keep_terminal=5) == 25
+        kept = [f"t{i:02}" for i in range(25, 30)]
+        assert self.where(tag="io") == kept and self.where(name="etl") == kept
+        assert self.where(pipeline_run_id="p") == kept and self.where(name_prefix="e") == kept
+        assert sorted(self.where(buckets={0, 1, 2})) == kept
+        assert [len(self.store.history(f"t{i:02}")) for i in range(30)] == [0] * 25 + [1] * 5
+        assert self.store.counts() == counted(succeeded=5)

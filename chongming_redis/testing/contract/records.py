@@ -7,7 +7,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from chongming_redis import (
+    Command,
     CommandKind,
+    Progress,
     StoreError,
     TaskAlreadyExists,
     TaskSnapshot,
@@ -15,8 +17,13 @@ from chongming_redis import (
 )
 from chongming_redis.stores.protocol import PROTOCOL_METHODS, TaskStore
 from chongming_redis.testing.contract.support import (
+    EARLIEST,
+    FAILED,
+    LATEST,
+    ONE_US,
     PENDING,
     RUNNING,
+    SUCCEEDED,
     ContractBase,
     at,
     command,
@@ -25,6 +32,7 @@ from chongming_redis.testing.contract.support import (
     parameters_of,
     raises,
     snapshot,
+    transition,
 )
 
 
@@ -133,3 +141,124 @@ class RecordRules(ContractBase):
         assert self.store.get("t1") == first
         assert self.store.counts() == counted(running=1)
         raises(TaskAlreadyExists, self.store.create, first)  # even an identical one
+
+    # -- identity, time and types (round two) ------------------------------------------------
+
+    def test_ids_are_case_sensitive(self) -> None:
+        self.put(snapshot("task", params={"i": 1}), snapshot("Task", params={"i": 2}, created=1))
+        self.put(snapshot("TASK", status=RUNNING, created=2))
+        self.store.append(transition("task", 1, reason="lower"))
+        self.store.save(snapshot("Task", status=FAILED, version=2, params={"i": 2}, created=1),
+                        expect_version=1)  # fmt: skip
+        lower = self.store.get("task")
+        assert lower is not None and lower.params == {"i": 1} and lower.status == PENDING
+        assert self.store.history("Task") == [] and self.store.history("TASK") == []
+        assert self.store.history("task") == [transition("task", 1, reason="lower")]
+        assert self.ids() == ["task", "Task", "TASK"]
+        assert self.store.counts() == counted(pending=1, failed=1, running=1)
+        self.store.submit_command(command("cmd"))
+        self.store.submit_command(command("CMD", created=1))
+        self.store.complete_command("cmd", now=at(0))
+        assert self.claimed(0) == ["CMD"]
+
+    def test_an_id_that_is_a_prefix_of_another_shares_nothing_with_it(self) -> None:
+        ids = ("t1", "t10", "t1:", "t1 ", "t")
+        self.put(*(snapshot(i, bucket=3, tags={"x"}, created=n) for n, i in enumerate(ids)))
+        for task_id in ids:
+            self.store.append(transition(task_id, 1, reason=task_id))
+        self.store.save(snapshot("t1", status=SUCCEEDED, version=2, bucket=4, tags={"y"}),
+                        expect_version=1)  # fmt: skip
+        assert self.where(buckets={3}) == ["t10", "t1:", "t1 ", "t"]
+        assert self.where(tag="x") == ["t10", "t1:", "t1 ", "t"]
+        assert self.where(statuses={SUCCEEDED}) == ["t1"]
+        self.store.append(transition("t1", 2, reason="t1 again"))
+        for task_id in ids[1:]:
+            assert self.store.history(task_id) == [transition(task_id, 1, reason=task_id)]
+            got = self.store.get(task_id)
+            assert got is not None and got.status == PENDING and got.bucket == 3
+        assert self.store.prune(keep_terminal=0) == 1
+        assert self.store.history("t1") == []
+        assert [len(self.store.history(i)) for i in ids[1:]] == [1, 1, 1, 1]
+        for n, command_id in enumerate(("c1", "c10", "c1:")):
+            self.store.submit_command(command(command_id, task_id="t1", created=n))
+        assert self.claimed(0, lease=5) == ["c1", "c10", "c1:"]
+        self.store.complete_command("c1", now=at(1))
+        self.store.release_command("c10", now=at(1))
+        assert self.claimed(1) == ["c10"]
+        assert self.claimed(6) == ["c1:"]
+
+    def test_the_whole_documented_time_range_round_trips(self) -> None:
+        instants = (
+            EARLIEST,
+            EARLIEST + ONE_US,
+            datetime(2038, 1, 19, 3, 14, 8, tzinfo=timezone.utc),  # past 2**31 seconds
+            datetime(2106, 2, 7, 6, 28, 16, 1, tzinfo=timezone.utc),  # past 2**32 seconds
+            datetime(2200, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
+            LATEST - ONE_US,
+            LATEST,
+        )
+        for i, moment in enumerate(instants):
+            task = snapshot(f"t{i}", created_at=moment, updated_at=moment, heartbeat_at=moment,
+                            not_before=moment)  # fmt: skip
+            self.store.create(task)
+            self.store.touch(f"t{i}", lease_owner="w", lease_until=moment)
+            self.store.append(Transition(f"t{i}", 1, None, PENDING, moment))
+            got = self.store.get(f"t{i}")
+            assert got == replace(task, lease_owner="w", lease_until=moment), moment
+            assert self.store.history(f"t{i}")[0].at == moment, moment
+        assert self.ids() == [f"t{i}" for i in range(len(instants))]
+        assert self.where(newest_first=True, limit=1) == [f"t{len(instants) - 1}"]
+
+    def test_command_times_round_trip_across_the_documented_range(self) -> None:
+        late = LATEST - timedelta(seconds=10)
+        self.store.submit_command(Command("late", "t1", CommandKind.STOP, late))
+        self.store.submit_command(Command("early", "t1", CommandKind.STOP, EARLIEST + ONE_US))
+        got = self.store.claim_commands(now=late, lease_seconds=10)
+        assert [(c.command_id, c.created_at) for c in got] == [
+            ("early", EARLIEST + ONE_US),
+            ("late", late),
+        ]
+        assert [c.lease_until for c in got] == [LATEST, LATEST]
+        raises(ValueError, self.store.claim_commands, now=late, lease_seconds=11)
+
+    def test_values_come_back_with_their_types(self) -> None:
+        params = {
+            "integral float": 1.0,
+            "zero float": 0.0,
+            "negative float": -2.0,
+            "big float": 1e300,
+            "fraction": 0.1,
+            "int": 1,
+            "zero": 0,
+            "true": True,
+            "false": False,
+            "none": None,
+            "empty bytes": b"",
+            "empty text": "",
+            "digits": "123",
+            "empty list": [],
+            "empty map": {},
+            "int keys": {1: "one", 2: "two"},
+        }
+        task = snapshot("typed", params=params, result=2.0, progress=Progress(3.0, 4.0, ""))
+        self.store.create(task)
+        got = self.store.get("typed")
+        assert got is not None and got == task
+        for key, value in params.items():
+            assert type(got.params[key]) is type(value), key
+        assert type(got.result) is float
+        assert got.progress is not None
+        assert type(got.progress.current) is float and type(got.progress.total) is float
+        assert got.progress.message == ""
+        self.store.touch("typed", progress=Progress(5, 6.0))
+        got = self.store.get("typed")
+        assert got is not None and got.progress is not None
+        assert type(got.progress.current) is int and type(got.progress.total) is float
+        version = 1
+        for result in (0, 7, 1.5, "7", [1.0], True, 2**53, -0.5):
+            self.store.save(replace(task, status_version=version + 1, result=result),
+                            expect_version=version)  # fmt: skip
+            version += 1
+            stored = self.store.get("typed")
+            assert stored is not None and stored.result == result
+            assert type(stored.result) is type(result), result

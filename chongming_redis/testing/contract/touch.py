@@ -11,6 +11,7 @@ from chongming_redis import (
 from chongming_redis.testing.contract.support import (
     RUNNING,
     SUCCEEDED,
+    TERMINAL,
     ContractBase,
     at,
     counted,
@@ -115,3 +116,60 @@ class TouchRules(ContractBase):
         raises(ValueError, self.store.touch, "t1", heartbeat_at=naive)
         raises(ValueError, self.store.touch, "t1", lease_owner="w", lease_until=naive)
         self.assert_untouched(before)
+
+    # -- touch (round two) -------------------------------------------------------------------
+
+    def test_a_touch_of_a_missing_task_leaves_nothing_behind(self) -> None:
+        self.store.touch("ghost", progress=Progress(1, 2, "m"), heartbeat_at=at(1),
+                         lease_owner="w", lease_until=at(2))  # fmt: skip
+        fresh = snapshot("ghost", created=5)
+        self.store.create(fresh)
+        assert self.store.get("ghost") == fresh
+        assert self.store.query() == [fresh]
+        assert self.store.counts() == counted(pending=1)
+
+    def test_a_touch_after_prune_leaves_nothing_behind(self) -> None:
+        self.put(snapshot("t1", status=SUCCEEDED))
+        self.store.prune(keep_terminal=0)
+        self.store.touch("t1", heartbeat_at=at(1), lease_owner="w", lease_until=at(2))
+        assert self.store.get("t1") is None
+        self.put(snapshot("t1", created=3))
+        assert self.store.get("t1") == snapshot("t1", created=3)
+
+    def test_a_terminal_task_is_still_touched(self) -> None:
+        for i, status in enumerate(TERMINAL):
+            before = snapshot(status.value, status=status, version=4, created=i)
+            self.put(before)
+            self.store.touch(status.value, progress=Progress(9, 9), heartbeat_at=at(7),
+                             lease_owner="w", lease_until=at(8))  # fmt: skip
+            expected = replace(before, progress=Progress(9, 9), heartbeat_at=at(7),
+                               lease_owner="w", lease_until=at(8))  # fmt: skip
+            self.assert_untouched(expected)
+
+    def test_a_given_progress_replaces_all_three_progress_fields(self) -> None:
+        self.put(snapshot("t1", status=RUNNING, progress=Progress(1, 10, "first")))
+        self.store.touch("t1", progress=Progress(2))
+        got = self.store.get("t1")
+        assert got is not None and got.progress == Progress(2, None, None)
+        self.store.touch("t1", progress=Progress(3, None, "only a message"))
+        got = self.store.get("t1")
+        assert got is not None and got.progress == Progress(3, None, "only a message")
+        self.store.touch("t1", progress=Progress(0, 5))
+        got = self.store.get("t1")
+        assert got is not None and got.progress == Progress(0, 5, None)
+
+    def test_touch_changes_only_the_task_it_names(self) -> None:
+        others = [snapshot(i, status=RUNNING, created=n) for n, i in enumerate(("t", "t10", "T1"))]
+        self.put(snapshot("t1", status=RUNNING, created=9), *others)
+        self.store.touch("t1", progress=Progress(1), heartbeat_at=at(1), lease_owner="w",
+                         lease_until=at(2))  # fmt: skip
+        for other in others:
+            self.assert_untouched(other)
+
+    def test_touch_can_set_a_lease_again_after_it_expired(self) -> None:
+        self.put(snapshot("t1", status=RUNNING))
+        self.store.touch("t1", lease_owner="w1", lease_until=at(1))
+        self.store.touch("t1", lease_owner="w2", lease_until=at(100))
+        got = self.store.get("t1")
+        assert got is not None and (got.lease_owner, got.lease_until) == ("w2", at(100))
+        assert got.status_version == 1

@@ -1,6 +1,7 @@
 """The contract has teeth: it fails every deliberately broken store and passes the reference.
 
-Each store in ``tests/broken_stores.py`` breaks one promise. The whole ``StoreContract`` is run
+Each store in ``tests/broken_stores.py`` and ``tests/broken_stores_round_two.py`` breaks one
+promise. The whole ``StoreContract`` is run
 against it programmatically, the way pytest would (``setup_method``, the test, then
 ``teardown_method``), and at least one contract test must fail. The same runner reports zero
 failures on ``InMemoryTaskStore``, so a failure means the broken behaviour, not the runner.
@@ -18,6 +19,7 @@ from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.testing.store_contract import StoreContract
 from tests.broken_stores import BROKEN_STORES
+from tests.broken_stores_round_two import CAUGHT_BY, ROUND_TWO
 
 CONTRACT_TESTS = sorted(name for name in dir(StoreContract) if name.startswith("test_"))
 
@@ -45,7 +47,7 @@ def run_contract(factory: Callable[[], TaskStore]) -> dict[str, str]:
 
 
 def test_the_contract_has_enough_tests_to_mean_something() -> None:
-    assert len(CONTRACT_TESTS) >= 70
+    assert len(CONTRACT_TESTS) >= 148
 
 
 def test_the_runner_reports_no_failure_for_the_reference_store() -> None:
@@ -53,7 +55,7 @@ def test_the_runner_reports_no_failure_for_the_reference_store() -> None:
 
 
 def test_there_is_a_broken_store_for_every_pitfall() -> None:
-    assert len(BROKEN_STORES) >= 22
+    assert len(BROKEN_STORES) >= 100
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN_STORES))
@@ -71,3 +73,15 @@ def test_the_contract_module_imports_no_test_framework() -> None:
         "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_round_two_store_names_the_test_that_pins_its_rule() -> None:
+    assert set(ROUND_TWO) == set(CAUGHT_BY)
+    assert set(CAUGHT_BY.values()) <= set(CONTRACT_TESTS)
+    assert set(ROUND_TWO) <= set(BROKEN_STORES)
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TWO))
+def test_the_rule_s_own_test_fails_the_round_two_store(name: str) -> None:
+    failures = run_contract(ROUND_TWO[name])
+    assert CAUGHT_BY[name] in failures, f"{name}: caught only by {sorted(failures)}"

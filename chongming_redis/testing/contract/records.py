@@ -179,13 +179,13 @@ class RecordRules(ContractBase):
         assert self.store.prune(keep_terminal=0) == 1
         assert self.store.history("t1") == []
         assert [len(self.store.history(i)) for i in ids[1:]] == [1, 1, 1, 1]
-        for n, command_id in enumerate(("c1", "c10", "c1:")):
+        for n, command_id in enumerate(("c1", "c10", "c1:", "c2")):
             self.store.submit_command(command(command_id, task_id="t1", created=n))
-        assert self.claimed(0, lease=5) == ["c1", "c10", "c1:"]
-        self.store.complete_command("c1", now=at(1))
-        self.store.release_command("c10", now=at(1))
-        assert self.claimed(1) == ["c10"]
-        assert self.claimed(6) == ["c1:"]
+        assert self.claimed(0, lease=5) == ["c1", "c10", "c1:", "c2"]
+        self.store.release_command("c1", now=at(1))
+        assert self.claimed(1) == ["c1"]
+        self.store.complete_command("c1", now=at(2))
+        assert self.claimed(6) == ["c10", "c1:", "c2"]
 
     def test_the_whole_documented_time_range_round_trips(self) -> None:
         instants = (

@@ -7,6 +7,11 @@ atomicity is the backend's own burden to prove.
 
 Every method refuses bad arguments with ``TypeError``/``ValueError`` before touching the backend,
 raises ``StoreClosed`` after ``close()``, and reports backend failures as ``StoreError``.
+
+Identity is exact: ids (task, command, pipeline run), names and tags are case-sensitive, never
+normalised and never matched as prefixes or patterns (``t1`` shares nothing with ``t10``).
+Every datetime from 1970-01-01 to 2255-06-05 23:47:34.740991 UTC round-trips to the microsecond,
+and every value comes back with its type (``1.0`` stays a ``float``, ``1`` an ``int``).
 """
 
 from __future__ import annotations
@@ -40,8 +45,11 @@ class TaskStore(Protocol):
         Versions may jump (only equality with ``expect_version`` is checked) but never go
         back: ``snapshot.status_version`` must be greater than ``expect_version``
         (``ValueError`` otherwise). Never writes ``lease_owner``/``lease_until`` (the stored
-        lease is kept). Never retries a conflict. A missing task is a conflict with
-        ``actual=None``."""
+        lease is kept). Never retries a conflict. A missing task (never created, or pruned) is a
+        conflict with ``actual=None`` and writes nothing.
+
+        Every other column is replaced: a field that is ``None`` in the snapshot reads back as
+        ``None``. The task stays findable by every filter whose field did not change."""
         ...
 
     def get(self, task_id: str) -> TaskSnapshot | None:
@@ -51,12 +59,18 @@ class TaskStore(Protocol):
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
         """Tasks matching every filter of ``query`` (``None``: all tasks), ordered by
         ``created_at`` then ``task_id`` (descending with ``newest_first``), at most ``limit``.
-        Filtering happens in the backend, not by fetching everything."""
+        Filtering happens in the backend, not by fetching everything.
+
+        Only ``None`` means "no restriction": an empty ``statuses`` or ``buckets`` set matches
+        nothing. ``limit`` applies after every filter. Results are what ``get`` returns at the
+        time of the call, including what ``touch`` wrote (nothing is cached)."""
         ...
 
     def counts(self) -> dict[TaskStatus, int]:
         """``{status: number of tasks}`` for every ``TaskStatus`` (zeros included), without
-        reading every task."""
+        reading every task. Always equal to what ``query`` finds per status: a save that keeps
+        the status, a refused write, ``touch`` and commands never move it; ``prune`` of several
+        tasks of one status moves it by that many."""
         ...
 
     # -- audit history (append-only) --------------------------------------------------------
@@ -67,7 +81,8 @@ class TaskStore(Protocol):
         ...
 
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
-        """The task's entries with ``version > since_version``, ascending by version."""
+        """The task's entries with ``version > since_version``, ascending by version. Entries
+        are kept per exact ``task_id``."""
         ...
 
     # -- high-frequency side path (never touches the version) ------------------------------
@@ -83,14 +98,19 @@ class TaskStore(Protocol):
     ) -> None:
         """Write only the given fields (each optional on its own). Never checks or bumps
         ``status_version``. A missing task is silently ignored; all ``None`` does nothing.
-        Heartbeat and lease are stored exactly as given, never derived from each other."""
+        Heartbeat and lease are stored exactly as given, never derived from each other.
+
+        A given ``Progress`` replaces all three progress fields (``Progress(2)`` clears the total
+        and the message). A terminal task is touched like any other. A touch of a missing task
+        leaves nothing behind: a later ``create`` of that id succeeds as if it never happened."""
         ...
 
     # -- control commands (cross-process) --------------------------------------------------
 
     def submit_command(self, command: Command) -> None:
         """Store a command for the holder of its task to claim. The store never interprets
-        it. An existing ``command_id`` raises ``CommandAlreadyExists``."""
+        it: a command for an unknown or finished task is stored like any other. An existing
+        ``command_id`` raises ``CommandAlreadyExists``."""
         ...
 
     def claim_commands(
@@ -99,28 +119,39 @@ class TaskStore(Protocol):
         """Atomically pick up to ``limit`` unfinished commands that have no lease or an
         expired one (``lease_until <= now``), oldest ``created_at`` first, and lease them until
         ``now + lease_seconds``. Returns them with ``lease_until`` set. Two claimers never get
-        the same command while its lease is valid."""
+        the same command while its lease is valid.
+
+        Order is by ``created_at`` to the microsecond, ties by ``command_id``. Finished and validly
+        leased commands never take a place among the ``limit`` (however many there are). A
+        re-claimed command is leased from ``now``, like any other. ``lease_seconds`` is a positive
+        finite number of at most 7 days (604,800 s): a longer lease raises ``ValueError``, it is
+        never clamped. ``limit`` is 1..1,000."""
         ...
 
     def complete_command(
         self, command_id: str, *, now: datetime, outcome: str | None = None
     ) -> None:
         """Mark the command finished at ``now`` with ``outcome``; it is never claimed again.
-        Completing a finished command changes nothing (the first outcome stays). An unknown
-        id raises ``CommandNotFound``."""
+        Completing a finished command changes nothing (the first outcome stays). A command can be
+        completed whether it is leased, its lease expired, or it was never claimed. No other
+        command (of the same task or not) changes. An unknown id raises ``CommandNotFound``."""
         ...
 
     def release_command(self, command_id: str, *, now: datetime) -> None:
         """Hand a claimed command back: clear its lease without finishing it, so the true
-        holder can claim it at once. A finished or unleased command is left as it is. An
-        unknown id raises ``CommandNotFound``."""
+        holder can claim it at once. A finished or unleased command is left as it is. The
+        command keeps its ``created_at``, so its place in the claim order; no other command (of
+        the same task or not) changes. An unknown id raises ``CommandNotFound``."""
         ...
 
     # -- operations ------------------------------------------------------------------------
 
     def prune(self, *, keep_terminal: int) -> int:
-        """Drop the oldest terminal tasks (by ``created_at``) beyond the newest
-        ``keep_terminal``, each with its history; never a live task. Returns how many."""
+        """Drop the oldest terminal tasks (by ``created_at``, ties by ``task_id``) beyond the
+        newest ``keep_terminal``, each with its history and index entries; never a live task.
+        Returns how many. A dropped id is gone entirely: ``get`` returns ``None``, ``save`` is a
+        conflict, and a later ``create`` of it starts a new task whose history is empty and
+        accepts every version again."""
         ...
 
     def close(self) -> None:

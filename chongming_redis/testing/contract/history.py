@@ -177,9 +177,3 @@ class CountsAndHistoryRules(ContractBase):
             self.store.append(entry)
         assert self.store.history("t1") == new
         assert self.store.history("t1", since_version=1) == new[1:]
-
-    def test_a_history_entry_written_before_its_task_exists_is_kept(self) -> None:
-        entry = transition("early", 1)
-        self.store.append(entry)
-        self.put(snapshot("early"))
-        assert self.store.history("early") == [entry]

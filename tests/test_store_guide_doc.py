@@ -1,4 +1,4 @@
-"""The store guide and the protocol name the same 14 methods.
+"""The store guide and the protocol name the same 14 methods, and §1 names every contract test.
 
 ``docs/store-guide.md`` §1 documents every ``TaskStore`` method in a Markdown table. Adding a
 method to the protocol without documenting it, or documenting a name the protocol does not have,
@@ -12,11 +12,13 @@ import re
 from pathlib import Path
 
 from chongming_redis.stores.protocol import PROTOCOL_METHODS, TaskStore
+from chongming_redis.testing.store_contract import StoreContract
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "store-guide.md"
 _SECTION_1 = re.compile(r"^## 1\. .*?$(.*?)^## ", re.MULTILINE | re.DOTALL)
 _CODE_SPAN = re.compile(r"`([^`]+)`")
 _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_TEST_NAME = re.compile(r"`(test_[a-z0-9_]+)`")
 
 
 def protocol_members() -> set[str]:
@@ -96,8 +98,37 @@ def test_the_parser_notices_a_missing_and_an_unknown_method() -> None:
         line for line in text.splitlines() if not (line.startswith("|") and "`prune(" in line)
     )
     assert "prune" not in documented_methods(without_prune)
-    extra = text.replace(
-        "| | `close()` | release resources |",
-        "| | `close()` | release resources |\n| | `vacuum()` | not in the protocol |",
+    close_row = next(
+        line for line in text.splitlines() if line.startswith("|") and "`close()`" in line
     )
+    extra = text.replace(close_row, close_row + "\n| | `vacuum()` | not in the protocol | |")
     assert "vacuum" in documented_methods(extra)
+
+
+def pinned_tests(text: str) -> list[str]:
+    """Every ``test_...`` code span in §1 (the method table and the every-method table)."""
+    section = _SECTION_1.search(text)
+    assert section is not None
+    return _TEST_NAME.findall(section.group(1))
+
+
+def test_section_1_names_every_contract_test_once_and_nothing_else() -> None:
+    named = pinned_tests(GUIDE.read_text(encoding="utf-8"))
+    suite = {name for name in dir(StoreContract) if name.startswith("test_")}
+    assert len(named) == len(set(named)), "a test is named twice in §1"
+    assert suite - set(named) == set(), "contract tests not named in the guide's §1"
+    assert set(named) - suite == set(), "names in the guide's §1 that are not contract tests"
+
+
+def test_every_method_row_names_at_least_one_test() -> None:
+    section = _SECTION_1.search(GUIDE.read_text(encoding="utf-8"))
+    assert section is not None
+    pinned: dict[str, list[str]] = {}
+    for line in section.group(1).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        span = _CODE_SPAN.search(cells[1]) if len(cells) == 4 else None
+        method = _NAME.match(span.group(1)) if span else None
+        if method is not None:
+            pinned[method.group(1)] = _TEST_NAME.findall(cells[3])
+    assert set(pinned) == set(PROTOCOL_METHODS)
+    assert all(pinned.values()), [name for name, tests in pinned.items() if not tests]

@@ -13,12 +13,14 @@ from chongming_redis.errors import (
     CommandNotFound,
     ConcurrencyConflict,
     CorruptRecord,
+    InvalidCursor,
     StoreClosed,
     StoreError,
     StoreUnavailable,
     TaskAlreadyExists,
 )
 from chongming_redis.model import (
+    ChangePage,
     Command,
     CommandKind,
     Failure,
@@ -26,6 +28,7 @@ from chongming_redis.model import (
     TaskQuery,
     TaskSnapshot,
     TaskStatus,
+    Tombstone,
     Transition,
 )
 from chongming_redis.stores.memory import InMemoryTaskStore
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BucketPolicy",
+    "ChangePage",
     "Command",
     "CommandAlreadyExists",
     "CommandKind",
@@ -47,6 +51,7 @@ __all__ = [
     "CorruptRecord",
     "Failure",
     "InMemoryTaskStore",
+    "InvalidCursor",
     "Progress",
     "RedisTaskStore",
     "RetryPolicy",
@@ -57,6 +62,7 @@ __all__ = [
     "TaskQuery",
     "TaskSnapshot",
     "TaskStatus",
+    "Tombstone",
     "Transition",
 ]
 

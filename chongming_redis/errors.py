@@ -93,3 +93,18 @@ class CorruptRecord(StoreError):
 
     def __reduce__(self) -> tuple[type[CorruptRecord], tuple[str, str | None, str]]:
         return (type(self), (self.key, self.field, self.detail))
+
+
+class InvalidCursor(StoreError):
+    """A change-feed cursor the store cannot honour: not canonical decimal (``"007"``, ``"-1"``,
+    ``"1e3"``, ``" 5"``, ``""``), or ahead of the feed's head (the store was restored from an
+    older backup, or the cursor belongs to another feed). Never answered with a reset or an
+    empty page: the reader must stop and be looked at."""
+
+    def __init__(self, cursor: object, detail: str) -> None:
+        self.cursor = cursor
+        self.detail = detail
+        super().__init__(f"invalid change-feed cursor {cursor!r}: {detail}")
+
+    def __reduce__(self) -> tuple[type[InvalidCursor], tuple[object, str]]:
+        return (type(self), (self.cursor, self.detail))

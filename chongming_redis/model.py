@@ -257,3 +257,44 @@ def _frozen(value: object, what: str) -> frozenset[Any]:
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise TypeError(f"{what} must be a set, not {type(value).__name__}")
     return frozenset(value)
+
+
+# -- the change feed -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """A pruned task in the change feed: enough to find what a reader bound to it. It stays in
+    the feed forever (cursors never expire); a task created again with the same id is a new
+    item at a later position."""
+
+    task_id: str
+    removed_at: datetime
+    name: str
+    bucket: int
+    status: str = "removed"
+
+    def __post_init__(self) -> None:
+        check_identifier(self.task_id, "task_id")
+        _set(self, "removed_at", check_dt(self.removed_at, "removed_at"))
+        check_identifier(self.name, "name")
+        check_int(self.bucket, "bucket", maximum=2**31 - 1)
+        if self.status != "removed":
+            raise ValueError(f"a Tombstone's status is 'removed', not {self.status!r}")
+
+
+@dataclass(frozen=True)
+class ChangePage:
+    """One page of the change feed: tasks (current state) and tombstones ordered by each one's
+    latest change, and the cursor to read on from. An empty page means caught up and carries
+    the cursor it was asked with; a non-empty page always advances it."""
+
+    tasks: tuple[TaskSnapshot | Tombstone, ...]
+    next_cursor: str
+
+    def __post_init__(self) -> None:
+        _set(self, "tasks", tuple(self.tasks))
+        for item in self.tasks:
+            if not isinstance(item, TaskSnapshot | Tombstone):
+                raise TypeError(f"a page holds snapshots and tombstones, not {type(item).__name__}")
+        check_text(self.next_cursor, "next_cursor", max_bytes=32)

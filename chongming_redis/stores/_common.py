@@ -94,3 +94,44 @@ def check_complete(command_id: object, now: object, outcome: object) -> None:
 def check_release(command_id: object, now: object) -> None:
     check_identifier(command_id, "command_id")
     check_dt(now, "now")
+
+
+CommitItems = list[tuple[TaskSnapshot, int | None, list[Transition]]]
+MAX_START_LIMIT = 100
+
+
+def check_commit_items(items: object) -> CommitItems:
+    """``commit_tasks`` items as ``(snapshot, expect_version or None, [transitions])``: a
+    create when ``expect_version`` is ``None``, else a save; every transition of an item names
+    its task."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"items must be a list, not {type(items).__name__}")
+    checked: CommitItems = []
+    for item in items:
+        if not isinstance(item, (list, tuple)) or len(item) != 3:
+            raise TypeError("each item must be (snapshot, expect_version or None, transitions)")
+        snapshot, expect, transitions = item
+        task = check_snapshot(snapshot) if expect is None else check_save(snapshot, expect)
+        entries = [check_transition(t) for t in transitions]
+        for entry in entries:
+            if entry.task_id != task.task_id:
+                raise ValueError(
+                    f"a transition of task {entry.task_id!r} in the item of {task.task_id!r}"
+                )
+        checked.append((task, expect, entries))
+    return checked
+
+
+def check_start(
+    owner: object, now: object, lease_until: object, buckets: object, limit: object, names: object
+) -> tuple[list[int], list[str]]:
+    """``start_tasks`` arguments; returns the distinct buckets (sorted) and the names."""
+    check_identifier(owner, "owner")
+    check_dt(now, "now")
+    check_dt(lease_until, "lease_until")
+    check_int(limit, "limit", minimum=1, maximum=MAX_START_LIMIT)
+    if isinstance(buckets, (str, bytes)) or isinstance(names, (str, bytes)):
+        raise TypeError("buckets and names must be sequences, not strings")
+    wanted = [check_int(b, "bucket", maximum=2**31 - 1) for b in buckets]  # type: ignore[attr-defined]
+    types = [check_identifier(n, "name") for n in names]  # type: ignore[attr-defined]
+    return sorted(set(wanted)), types

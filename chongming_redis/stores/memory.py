@@ -1,4 +1,6 @@
-"""``InMemoryTaskStore``: the reference implementation of ``TaskStore``.
+"""``InMemoryTaskStore``: the reference implementation of ``TaskStore`` and of the extensions
+the runtime uses on every store that has them (``stores/extensions.py``): batched commits and
+starts, the fenced touch, a clock and per-bucket counts (not the Redis-only pool and nudges).
 
 One lock plays the role a Lua script plays on Redis: every method is one critical section, so
 "check, then write" is atomic. Records are kept as codec rows, not as the caller's objects, so a
@@ -10,6 +12,7 @@ here too. Single process only.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,6 +21,7 @@ from chongming_redis.errors import (
     CommandNotFound,
     ConcurrencyConflict,
     StoreClosed,
+    StoreError,
     TaskAlreadyExists,
 )
 from chongming_redis.model import (
@@ -163,9 +167,87 @@ class InMemoryTaskStore:
             row.update(changes)
             return True
 
+    # -- runtime extensions: batched commits and starts (one critical section each) ---------
+
+    def commit_tasks(
+        self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
+    ) -> list[StoreError | None]:
+        """Create or save each task with its history, each item atomically; a failed item
+        writes nothing (see ``BatchingStore.commit_tasks``)."""
+        prepared = [
+            (snapshot_to_row(task), expect, [transition_to_row(t) for t in entries])
+            for task, expect, entries in check.check_commit_items(items)
+        ]
+        with self._open():
+            # Every item is judged against the state before the call, as the Redis script does.
+            results = [self._commit_error(row, expect) for row, expect, _ in prepared]
+            for (row, expect, entries), error in zip(prepared, results):
+                if error is not None:
+                    continue
+                task_id = str(row["task_id"])
+                if expect is not None:  # a save never writes the lease
+                    for column in LEASE_COLUMNS:
+                        row[column] = self._tasks[task_id][column]
+                self._tasks[task_id] = row
+                history = self._history.setdefault(task_id, {})
+                for entry in entries:
+                    history.setdefault(int(entry["version"]), entry)  # type: ignore[arg-type]
+            return results
+
+    def _commit_error(self, row: Row, expect: int | None) -> StoreError | None:
+        task_id = str(row["task_id"])
+        current = self._tasks.get(task_id)
+        if expect is None:
+            return None if current is None else TaskAlreadyExists(task_id)
+        actual = None if current is None else current["status_version"]
+        if actual != expect:
+            return ConcurrencyConflict(task_id, expect, actual)  # type: ignore[arg-type]
+        return None
+
+    def start_tasks(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Sequence[int],
+        limit: int = 50,
+        names: Sequence[str] = (),
+    ) -> list[TaskSnapshot]:
+        """Start up to ``limit`` eligible ``PENDING`` tasks, oldest first, each with its lease,
+        heartbeat and history entry (see ``BatchingStore.start_tasks``)."""
+        wanted, types = check.check_start(owner, now, lease_until, buckets, limit, names)
+        moment, until = encode_dt(now), encode_dt(lease_until)
+        in_buckets, of_types = frozenset(wanted), frozenset(types)
+        with self._open():
+            ready = [
+                row
+                for row in self._tasks.values()
+                if row["status"] == TaskStatus.PENDING.value
+                and row["bucket"] in in_buckets
+                and (not of_types or row["name"] in of_types)
+                and (row["not_before"] is None or row["not_before"] <= moment)  # type: ignore[operator]
+            ]
+            ready.sort(key=lambda r: (r["created_at"], r["task_id"]))
+            started = []
+            for row in ready[:limit]:
+                version = int(row["status_version"]) + 1  # type: ignore[arg-type]
+                row.update(status=TaskStatus.RUNNING.value, status_version=version,
+                           updated_at=moment, heartbeat_at=moment, lease_owner=owner,
+                           lease_until=until)  # fmt: skip
+                task_id = str(row["task_id"])
+                reason = f"started by {owner} (attempt {int(row['attempt'])})"  # type: ignore[arg-type]
+                entry = Transition(task_id, version, TaskStatus.PENDING, TaskStatus.RUNNING,
+                                   now, reason)  # fmt: skip
+                history = self._history.setdefault(task_id, {})
+                history.setdefault(version, transition_to_row(entry))
+                started.append(row_to_snapshot(row))
+            return started
+
     def server_time(self) -> datetime:
         """This process's clock: an in-memory store has no other."""
-        return datetime.now(timezone.utc)
+        with self._open():
+            return datetime.now(timezone.utc)
 
     def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
         with self._open():

@@ -320,16 +320,10 @@ class RedisTaskStore:
         passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
         heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
         the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
-        check_identifier(owner, "owner")
-        for name in names:
-            check_identifier(name, "name")
-        check_int(limit, "limit", minimum=1, maximum=100)
-        for bucket in buckets:
-            check_int(bucket, "bucket", maximum=2**31 - 1)
+        wanted, names = check.check_start(owner, now, lease_until, buckets, limit, names)
         token = _token()
         memo_ms = max(1000, math.ceil((lease_until - now).total_seconds() * 1000))
         keys = [self.keys.root, self.keys.start_memo(token)]
-        wanted = sorted(set(buckets))
         args = [owner, encode_dt(now), encode_dt(lease_until), limit, token, memo_ms,
                 len(wanted), *wanted, len(names), *names]  # fmt: skip
         reply = self._run("start_tasks", keys, args)
@@ -346,21 +340,23 @@ class RedisTaskStore:
         expected version of ``None`` creates the task instead (with its lease, as ``create``).
         Returns, per item, ``None`` when written (or already written by a retried call), or
         the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it met; such an item writes nothing.
-        Items must name distinct tasks (each is checked against the state before the call)."""
+        Items must name distinct tasks (each is checked against the state before the call).
+        The full contract: ``BatchingStore.commit_tasks`` (``stores/extensions.py``)."""
+        checked = check.check_commit_items(items)  # every item, before the first batch
+        self._check_open()
         results: list[StoreError | None] = []
-        for start in range(0, len(items), 100):
-            batch = items[start : start + 100]
+        for start in range(0, len(checked), 100):
+            batch = checked[start : start + 100]
             args: list[Any] = [len(batch)]
             for snapshot, expect, transitions in batch:
+                row = snapshot_to_row(snapshot)
                 if expect is None:
-                    row = snapshot_to_row(check.check_snapshot(snapshot))
                     args += self._task_args(row, "", with_lease=True, counted=True)
                 else:
-                    row = snapshot_to_row(check.check_save(snapshot, expect))
                     args += self._task_args(row, expect, counted=True)
                 args.append(len(transitions))
                 for transition in transitions:
-                    args += [transition.version, _entry(check.check_transition(transition))]
+                    args += [transition.version, _entry(transition)]
             reply = self._run("commit_tasks", [self.keys.root], args)
             for i, (snapshot, expect, _) in enumerate(batch):
                 code, actual = _text(reply[1 + 2 * i]), _text(reply[2 + 2 * i])

@@ -1,0 +1,184 @@
+"""Optional store extensions: what the runtime uses when a store offers more than ``TaskStore``.
+
+Each is a small structural protocol beside ``TaskStore`` (``stores/protocol.py``). A store
+implements any subset; the runtime resolves them once, by ``isinstance``, when a
+``Controller`` is built (``runtime/store_adapter.py``) and falls back to the 14 protocol methods
+for the ones missing. ``docs/store-extensions.md`` says what each one buys and what the runtime
+does without it; ``ExtensionsContract`` (``chongming_redis.testing.extensions_contract``) checks
+the semantics below.
+
+Like the protocol methods, every extension method refuses bad arguments with
+``TypeError``/``ValueError`` before touching the backend, raises ``StoreClosed`` after
+``close()`` and reports backend failures as ``StoreError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from chongming_redis.errors import StoreError
+from chongming_redis.model import Progress, TaskSnapshot, TaskStatus, Transition
+
+if TYPE_CHECKING:
+    import redis
+
+#: One ``commit_tasks`` item: the snapshot to write, the version the store must hold (``None``:
+#: create the task instead) and the history entries of the transitions it makes.
+CommitItem = tuple[TaskSnapshot, int | None, Sequence[Transition]]
+
+
+@runtime_checkable
+class BatchingStore(Protocol):
+    """Writes a task's state and its history in one atomic step, many tasks per round trip."""
+
+    def commit_tasks(self, items: Sequence[CommitItem]) -> list[StoreError | None]:
+        """For each item ``(snapshot, expect, transitions)``, atomically per item:
+
+        * ``expect is None``: ``create`` the snapshot (lease columns included); an existing
+          ``task_id`` is ``TaskAlreadyExists`` and the stored task is never overwritten;
+        * otherwise ``save`` it: compare-and-set on ``status_version == expect``, never writing
+          ``lease_owner``/``lease_until`` (the stored lease is kept); a different or missing
+          version is ``ConcurrencyConflict`` (``actual=None`` when missing);
+
+        and, when written, ``append`` each of ``transitions`` (idempotent on
+        ``(task_id, version)``: an entry already there is kept). An item that fails writes
+        nothing, neither its snapshot nor its history; the other items still apply.
+
+        Returns one entry per item, in order: ``None`` when written (or already written by a
+        retry of this very call), else the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it
+        met. Items name distinct tasks, each checked against the state before the call, and
+        every transition names its item's task (``ValueError`` otherwise). An empty list
+        returns ``[]``. Other failures raise ``StoreError`` for the whole call."""
+        ...
+
+    def start_tasks(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Sequence[int],
+        limit: int = 50,
+        names: Sequence[str] = (),
+    ) -> list[TaskSnapshot]:
+        """Start up to ``limit`` (1..100) ``PENDING`` tasks of ``buckets`` whose ``not_before``
+        is unset or ``<= now``, oldest ``created_at`` (then ``task_id``) first; ``names``: only
+        tasks of these types (empty: any). Atomically for each: ``status = RUNNING``,
+        ``status_version + 1``, ``updated_at = heartbeat_at = now``, ``lease_owner = owner``,
+        ``lease_until = lease_until``, and the history entry ``(version + 1, PENDING,
+        RUNNING, now, "started by <owner> (attempt <attempt>)")``. Every other field is kept.
+        Two callers never start the same task. Returns the started tasks as stored (``[]``
+        when none is eligible)."""
+        ...
+
+
+@runtime_checkable
+class FencedTouchStore(Protocol):
+    """A ``touch`` fenced by the task's version: the guard against paused zombie holders."""
+
+    def touch_fenced(
+        self,
+        task_id: str,
+        *,
+        expect_version: int,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> bool:
+        """``touch`` that applies only while the task's ``status_version`` equals
+        ``expect_version``; returns whether it applied. Writes only the given fields, never
+        checks or bumps anything else and never bumps the version. A missing task or another
+        version returns ``False`` and writes nothing."""
+        ...
+
+
+@runtime_checkable
+class ServerClockStore(Protocol):
+    """A clock every worker of the store agrees on."""
+
+    def server_time(self) -> datetime:
+        """The store's current time, timezone-aware, in UTC."""
+        ...
+
+
+@runtime_checkable
+class BucketCountingStore(Protocol):
+    """Per-bucket task counts without reading every task."""
+
+    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
+        """``{bucket: {status: n}}``: every status present (zeros included) for each bucket
+        listed. Follows ``create``, ``save``, ``commit_tasks``, ``start_tasks`` and ``prune``.
+        A bucket whose tasks are all gone may be missing or listed with zeros."""
+        ...
+
+
+@runtime_checkable
+class BucketPoolStore(Protocol):
+    """Worker heartbeats and bucket leases, shared by the workers of one store (``BucketPool``)."""
+
+    def pool_tick(
+        self,
+        *,
+        worker: str,
+        now: datetime,
+        lease_seconds: float,
+        num_buckets: int,
+        wanted: Sequence[int],
+        leaving: bool = False,
+    ) -> tuple[list[int], list[str]]:
+        """One worker's heartbeat and bucket leases in one atomic step: register ``worker`` as
+        live until ``now + lease_seconds`` and drop workers whose heartbeat expired; renew the
+        leases it holds on buckets of ``wanted``, release those it no longer wants, and take a
+        wanted bucket that is free or whose lease expired (``leaving``: release everything and
+        unregister). A bucket never has two owners with a valid lease. Returns ``(buckets this
+        worker now holds, live workers)``. The first call records ``num_buckets``; a call with
+        another value writes nothing and raises ``StoreError``."""
+        ...
+
+    def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
+        """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""
+        ...
+
+
+@runtime_checkable
+class NudgeStore(Protocol):
+    """A Redis store whose connection also carries the runtime's pub/sub nudges
+    (``runtime/notify.py``, channels ``{namespace}:nudge:<topic>``)."""
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client the nudges are published and subscribed on."""
+        ...
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the channels are named after."""
+        ...
+
+
+#: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
+EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
+    "BatchingStore": ("commit_tasks", "start_tasks"),
+    "FencedTouchStore": ("touch_fenced",),
+    "ServerClockStore": ("server_time",),
+    "BucketCountingStore": ("bucket_counts",),
+    "BucketPoolStore": ("pool_tick", "pool_state"),
+    "NudgeStore": ("client", "namespace"),
+}
+
+EXTENSIONS: dict[str, type] = {
+    "BatchingStore": BatchingStore,
+    "FencedTouchStore": FencedTouchStore,
+    "ServerClockStore": ServerClockStore,
+    "BucketCountingStore": BucketCountingStore,
+    "BucketPoolStore": BucketPoolStore,
+    "NudgeStore": NudgeStore,
+}
+
+
+def extensions_of(store: object) -> frozenset[str]:
+    """The names of the extensions ``store`` implements."""
+    return frozenset(name for name, proto in EXTENSIONS.items() if isinstance(store, proto))

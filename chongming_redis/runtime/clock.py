@@ -3,6 +3,7 @@
 A worker whose own clock is minutes off would otherwise write leases that are already expired
 (or far in the future) and get its tasks marked LOST early (or never). ``ServerClock`` measures
 the offset between this process's clock and the store's every ``resync`` seconds and adds it.
+A store without a clock (not a ``ServerClockStore``) leaves this process's clock in use.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 
-class _HasServerTime(Protocol):
-    def server_time(self) -> datetime: ...
+class TimeSource(Protocol):
+    def server_time(self) -> datetime | None:
+        """The store's time, or ``None`` when it has no clock of its own (``StoreAdapter``)."""
+        ...
 
 
 class ServerClock:
-    def __init__(self, store: object, *, resync: float = 30.0) -> None:
-        self._store = store
+    def __init__(self, source: TimeSource, *, resync: float = 30.0) -> None:
+        self._source = source
         self._resync = resync
         self._offset = timedelta(0)
         self._synced_at = -float("inf")
@@ -32,15 +35,14 @@ class ServerClock:
 
     def sync(self) -> None:
         """Measure the offset; keeps the last one if the store cannot be reached."""
-        server_time = getattr(self._store, "server_time", None)
-        if server_time is None:
-            self._synced_at = time.monotonic()
-            return
         try:
             before = datetime.now(timezone.utc)
-            server = server_time()
+            server = self._source.server_time()
             after = datetime.now(timezone.utc)
         except Exception:  # a blip: keep the old offset, try again on the next call
+            return
+        if server is None:  # no store clock: this process's own
+            self._synced_at = time.monotonic()
             return
         with self._lock:
             self._offset = server - (before + (after - before) / 2)

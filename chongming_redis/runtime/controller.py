@@ -52,6 +52,7 @@ from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
 from chongming_redis.runtime.notify import WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.retry import RetryPolicy
+from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.stores.codec import encode_payload
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.validation import check_identifier
@@ -128,7 +129,9 @@ class Controller:
         self.progress_interval = progress_interval
         self.stall_after = stall_after
         self.max_result_bytes = max_result_bytes
-        self.clock = ServerClock(store)
+        #: The store's extensions, resolved once: the runtime never probes the store itself.
+        self.writer = StoreAdapter(store, owner=self.owner)
+        self.clock = ServerClock(self.writer)
         self.app = app or App()
         self.pool: BucketPool | None = None
         self._held: dict[str, _Held] = {}
@@ -142,12 +145,9 @@ class Controller:
         self._wake_starter = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
-        client = getattr(store, "client", None)
-        namespace = getattr(store, "namespace", None)
+        nudge = self.writer.nudge
         self.notifier: RedisNotifier | LocalNotifier = (
-            RedisNotifier(client, namespace)
-            if client is not None and namespace
-            else LocalNotifier(store)
+            LocalNotifier(store) if nudge is None else RedisNotifier(nudge.client, nudge.namespace)
         )
 
     # -- registration and submission -------------------------------------------------------
@@ -174,14 +174,10 @@ class Controller:
         snapshot, transition = self._new_task(name, params, key=key, tags=tags,
                                               task_id=task_id, pipeline_run_id=pipeline_run_id,
                                               not_before=not_before)  # fmt: skip
-        commit = getattr(self.store, "commit_tasks", None)
-        if commit is not None:  # the task and its first history entry in one script
-            (error,) = commit([(snapshot, None, [transition])])
-            if error is not None:
-                raise error
-        else:
-            self.store.create(snapshot)
-            self._append(transition)
+        # The task and its first history entry: in one step where the store batches.
+        (error,) = self.writer.commit([(snapshot, None, [transition])], best_effort_history=True)
+        if error is not None:
+            raise error
         self.notifier.publish(WORK)
         return snapshot.task_id
 
@@ -189,16 +185,11 @@ class Controller:
         """Submit one task per parameter set; on Redis up to 100 per round trip. Every set is
         validated before anything is written."""
         prepared = [self._new_task(name, params) for params in params_list]
-        commit = getattr(self.store, "commit_tasks", None)
-        if commit is None:
-            for snapshot, transition in prepared:
-                self.store.create(snapshot)
-                self._append(transition)
-        else:
-            errors = commit([(snapshot, None, [transition]) for snapshot, transition in prepared])
-            error = next((e for e in errors if e is not None), None)
-            if error is not None:
-                raise error
+        items = [(snapshot, None, [transition]) for snapshot, transition in prepared]
+        errors = self.writer.commit(items, best_effort_history=True)
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            raise error
         self.notifier.publish(WORK)
         return [snapshot.task_id for snapshot, _ in prepared]
 
@@ -238,14 +229,7 @@ class Controller:
         return self.store.counts()
 
     def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
-        counts = getattr(self.store, "bucket_counts", None)
-        if counts is not None:
-            return counts()  # type: ignore[no-any-return]
-        result: dict[int, dict[TaskStatus, int]] = {}
-        for snapshot in self.store.query():
-            per = result.setdefault(snapshot.bucket, dict.fromkeys(TaskStatus, 0))
-            per[snapshot.status] += 1
-        return result
+        return self.writer.bucket_counts()
 
     def history(self, task_id: str) -> list[Transition]:
         return self.store.history(task_id)
@@ -289,14 +273,14 @@ class Controller:
         self._wake_starter.set()
 
     def join_pool(self, worker_lease: float = 5.0) -> BucketPool:
-        """Share the buckets with the other workers of the namespace (Redis stores only):
-        this controller then starts only the tasks of the buckets it holds."""
+        """Share the buckets with the other workers of the namespace (a ``BucketPoolStore``,
+        such as ``RedisTaskStore``): this controller then starts only the tasks of the buckets
+        it holds."""
         from chongming_redis.runtime.pool import BucketPool
-        from chongming_redis.stores.redis import RedisTaskStore
 
-        if not isinstance(self.store, RedisTaskStore):
-            raise TypeError("a bucket pool needs a RedisTaskStore")
-        self.pool = BucketPool(self, self.store, worker_lease=worker_lease)
+        if self.writer.pool is None:
+            raise TypeError("a bucket pool needs a BucketPoolStore (pool_tick, pool_state)")
+        self.pool = BucketPool(self, self.writer.pool, worker_lease=worker_lease)
         self.serve(frozenset())  # nothing until the first tick says what is ours
         return self.pool
 
@@ -313,7 +297,7 @@ class Controller:
         self.notifier.subscribe(self.owner, self._wake_commands)
         self.notifier.subscribe(WORK, self._wake_starter)
         self.notifier.subscribe(WORK, self._wake_commands)
-        self._group_commit = hasattr(self.store, "commit_tasks")
+        self._group_commit = self.writer.batching
         loops: list[tuple[str, Callable[[], None]]] = [
             ("supervisor", self._supervise),
             ("commands", self._poll_commands),
@@ -394,62 +378,22 @@ class Controller:
         free = self.concurrency - len(self._active())
         if free <= 0 or not self._accepting.is_set():
             return 0
-        start_tasks = getattr(self.store, "start_tasks", None)
-        if start_tasks is not None:  # one round trip starts a whole batch (RedisTaskStore)
-            return self._start_batch(start_tasks, free)
-        query = TaskQuery(
-            statuses=frozenset({TaskStatus.PENDING}), buckets=self.serve_buckets, limit=free * 4
-        )
-        now = self.clock.now()
-        started = 0
-        for snapshot in self.store.query(query):
-            if started >= free:
-                break
-            if snapshot.name not in self.app.types:
-                continue
-            if snapshot.not_before is not None and snapshot.not_before > now:
-                continue
-            if self._try_start(snapshot):
-                started += 1
-        return started
-
-    def _start_batch(self, start_tasks: Callable[..., list[TaskSnapshot]], free: int) -> int:
-        """Start up to ``free`` tasks with the store's batched start: the compare-and-set,
-        the lease and the history entry of every task in one script call."""
-        if self.serve_buckets is None:
-            buckets: list[int] = list(range(self.buckets.num_buckets))
-        else:
-            buckets = sorted(self.serve_buckets)
-        if not buckets or not self.app.types:
+        if not self.app.types or (self.serve_buckets is not None and not self.serve_buckets):
             return 0
         now = self.clock.now()
         renewed_at = time.monotonic()
-        started = start_tasks(
-            owner=self.owner, now=now, lease_until=now + timedelta(seconds=self.task_lease),
-            buckets=buckets, limit=min(free, 100), names=sorted(self.app.types),
+        started = self.writer.start(
+            now=now, lease_until=now + timedelta(seconds=self.task_lease),
+            buckets=self.serve_buckets, num_buckets=self.buckets.num_buckets,
+            limit=min(free, 100), names=frozenset(self.app.types),
         )  # fmt: skip
-        for running in started:
-            self._hold(running, renewed_at)
+        for one in started:  # where the start could not write the lease or history: now
+            held = self._hold(one.snapshot, renewed_at if one.leased else None, one.unwritten)
+            if not one.leased:
+                self._renew_lease(held)
+            if held.pending:
+                self._flush(held)
         return len(started)
-
-    def _try_start(self, snapshot: TaskSnapshot) -> bool:
-        now = self.clock.now()
-        running = _advance(snapshot, TaskStatus.RUNNING, now, heartbeat_at=now)
-        try:
-            self.store.save(running, expect_version=snapshot.status_version)
-        except ConcurrencyConflict:
-            return False  # another worker started it, or it was stopped: not ours
-        except StoreError as exc:
-            log.warning("%s: could not start %s: %s", self.owner, snapshot.task_id, exc)
-            return False
-        transition = Transition(
-            snapshot.task_id, running.status_version, TaskStatus.PENDING, TaskStatus.RUNNING, now,
-            f"started by {self.owner} (attempt {snapshot.attempt})",
-        )  # fmt: skip
-        held = self._hold(running, None, pending=[transition])
-        self._renew_lease(held)
-        self._flush(held)
-        return True
 
     def _hold(
         self,
@@ -568,14 +512,14 @@ class Controller:
                 self._settle(held)
 
     def _flush_many(self, batch: list[_Held]) -> None:
-        commit = self.store.commit_tasks  # type: ignore[attr-defined]
-        dirty = [h for h in batch if h.stored_version != h.snapshot.status_version]
-        for held in dirty:
+        for held in batch:  # only the committer ever holds more than one of these locks
             held.write_lock.acquire()
         try:
+            # Judged under the locks: the supervisor may have flushed one meanwhile.
+            dirty = [h for h in batch if h.stored_version != h.snapshot.status_version]
             items = [(h.snapshot, h.stored_version, list(h.pending)) for h in dirty]
             try:
-                results = commit(items) if items else []
+                results = self.writer.commit(items) if items else []
             except StoreError as exc:  # the supervisor flushes them one by one later
                 for held in dirty:
                     self._log_buffered(held, exc)
@@ -590,7 +534,7 @@ class Controller:
                     held.ctx.lose(f"another writer moved it on ({conflict})")
                     held.pending.clear()
         finally:
-            for held in dirty:
+            for held in batch:
                 held.write_lock.release()
 
     def _log_buffered(self, held: _Held, exc: Exception) -> None:
@@ -636,14 +580,13 @@ class Controller:
             if not held.pending and held.stored_version == held.snapshot.status_version:
                 return True
             try:
-                commit = getattr(self.store, "commit_tasks", None)
-                if commit is not None and held.stored_version != held.snapshot.status_version:
-                    self._commit_resolving(held, commit)  # save + history: one round trip
-                else:
-                    if held.stored_version != held.snapshot.status_version:
+                stale = held.stored_version != held.snapshot.status_version
+                if stale and self.writer.batching:
+                    self._commit_resolving(held)  # save + history: one atomic step
+                else:  # save, then history: a blip between them keeps the entries buffered
+                    if stale:
                         self._save_resolving(held)
-                    for transition in held.pending:
-                        self.store.append(transition)
+                    self.writer.append_all(held.pending)
                 held.pending.clear()
                 return True
             except StoreUnavailable as exc:
@@ -658,10 +601,10 @@ class Controller:
                 self._forget(held)
                 return False
 
-    def _commit_resolving(self, held: _Held, commit: Callable[..., list[Any]]) -> None:
+    def _commit_resolving(self, held: _Held) -> None:
         """``commit_tasks`` of one task (save and history together), telling a lost reply
         from a real conflict as ``_save_resolving`` does."""
-        (conflict,) = commit([(held.snapshot, held.stored_version, list(held.pending))])
+        (conflict,) = self.writer.commit([(held.snapshot, held.stored_version, list(held.pending))])
         if conflict is not None and not self._already_stored(held):
             raise conflict
         held.stored_version = held.snapshot.status_version
@@ -686,13 +629,6 @@ class Controller:
                 if self._flush(held) and held.done:
                     self._forget(held)
             time.sleep(0.1)
-
-    def _append(self, transition: Transition) -> None:
-        try:
-            self.store.append(transition)
-        except StoreError as exc:
-            log.warning("%s: history entry %s v%d not written: %s",
-                        self.owner, transition.task_id, transition.version, exc)  # fmt: skip
 
     # -- supervision: leases, progress, buffered writes ------------------------------------
 
@@ -740,8 +676,8 @@ class Controller:
             args["lease_until"] = now + timedelta(seconds=self.task_lease)
         with held.write_lock:
             try:
-                applied = _touch_fenced(
-                    self.store, held.snapshot.task_id, held.stored_version, args
+                applied = self.writer.touch_fenced(
+                    held.snapshot.task_id, expect_version=held.stored_version, **args
                 )
             except StoreUnavailable:
                 ctx.progress_dirty = progress is not None or ctx.progress_dirty
@@ -902,19 +838,12 @@ class Controller:
 
     def _move(self, snapshot: TaskSnapshot, new: TaskSnapshot, reason: str) -> bool:
         """Compare-and-set a task nobody here holds, with its history entry: in one round trip
-        (so the history has no gap) where the store has ``commit_tasks``. False on conflict."""
+        (so the history has no gap) where the store batches. False on conflict."""
         transition = Transition(snapshot.task_id, new.status_version, snapshot.status,
                                 new.status, new.updated_at, reason)  # fmt: skip
-        commit = getattr(self.store, "commit_tasks", None)
-        if commit is not None:
-            (conflict,) = commit([(new, snapshot.status_version, [transition])])
-            return conflict is None
-        try:
-            self.store.save(new, expect_version=snapshot.status_version)
-        except ConcurrencyConflict:
-            return False
-        self._append(transition)
-        return True
+        item = (new, snapshot.status_version, [transition])
+        (conflict,) = self.writer.commit([item], best_effort_history=True)
+        return conflict is None
 
     def _stored_or_none(self, held: _Held) -> TaskSnapshot | None:
         return held.snapshot if held.stored_version == held.snapshot.status_version else None
@@ -951,14 +880,6 @@ def _log_crash(future: Future[None]) -> None:
 def _without_lease(snapshot: TaskSnapshot) -> TaskSnapshot:
     return dataclasses.replace(snapshot, lease_owner=None, lease_until=None, heartbeat_at=None,
                                progress=None)  # fmt: skip
-
-
-def _touch_fenced(store: TaskStore, task_id: str, version: int, args: dict[str, Any]) -> bool:
-    fenced = getattr(store, "touch_fenced", None)
-    if fenced is not None:
-        return bool(fenced(task_id, expect_version=version, **args))
-    store.touch(task_id, **args)  # a third-party store without the fence: best effort
-    return True
 
 
 def holder(snapshot: TaskSnapshot) -> str | None:

@@ -1,11 +1,11 @@
 """Bucket ownership across worker processes and machines.
 
 Each worker registers with a heartbeat and holds leases on its share of the buckets, all in
-Redis (``lua/pool_tick.lua``). The share is decided by rendezvous hashing over the live workers
-and the current owners: every worker computes the same assignment from the same state, shares
-stay within one of each other, and a worker joining or leaving moves only the buckets it gains
-or loses (about ``1/n`` of them). A bucket whose owner died is free once its lease expires, so
-buckets move within at most two worker leases.
+the store (a ``BucketPoolStore``; on Redis, ``lua/pool_tick.lua``). The share is decided by
+rendezvous hashing over the live workers and the current owners: every worker computes the
+same assignment from the same state, shares stay within one of each other, and a worker joining
+or leaving moves only the buckets it gains or loses (about ``1/n`` of them). A bucket whose
+owner died is free once its lease expires, so buckets move within at most two worker leases.
 
 Ownership decides who *starts* a bucket's ``PENDING`` tasks; it is not the fence. The start is a
 compare-and-set ``PENDING -> RUNNING``, so two workers that both believe they own a bucket
@@ -26,7 +26,7 @@ from chongming_redis.errors import StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     from chongming_redis.runtime.controller import Controller
-    from chongming_redis.stores.redis import RedisTaskStore
+    from chongming_redis.stores.extensions import BucketPoolStore
 
 log = logging.getLogger("chongming_redis.pool")
 
@@ -80,7 +80,9 @@ def _weight(worker: str, bucket: int) -> bytes:
 
 
 class BucketPool:
-    def __init__(self, controller: Controller, store: RedisTaskStore, *, worker_lease: float = 5.0):
+    def __init__(
+        self, controller: Controller, store: BucketPoolStore, *, worker_lease: float = 5.0
+    ) -> None:
         self.controller = controller
         self.store = store
         self.worker_lease = worker_lease

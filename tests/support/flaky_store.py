@@ -7,7 +7,9 @@ without reaching ``inner`` (a network blip, or a partitioned worker with ``faili
 ``clock_skew`` is added to ``server_time()`` (a store whose clock is far from this process's).
 
 ``ProtocolOnlyStore`` is the same without the extensions: a third-party store that implements
-the protocol and nothing more.
+the protocol and nothing more (``isinstance`` against every extension protocol is False).
+``RecordingStore`` forwards neither ``commit_tasks`` nor ``start_tasks``: under it the runtime
+takes the unbatched path on both stores.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Call:
         return not (self.method == "touch_fenced" and self.outcome is False)
 
 
-class RecordingStore:
+class ProtocolOnlyStore:
     def __init__(
         self,
         inner: Any,
@@ -112,25 +114,18 @@ class RecordingStore:
 
 
 def _forward(method: str) -> Callable[..., Any]:
-    def forward(self: RecordingStore, *args: Any, **kwargs: Any) -> Any:
+    def forward(self: ProtocolOnlyStore, *args: Any, **kwargs: Any) -> Any:
         return self._call(method, args, kwargs)
 
     forward.__name__ = method
     return forward
 
 
-for _method in PROTOCOL + EXTENSIONS:
+class RecordingStore(ProtocolOnlyStore):
+    """``ProtocolOnlyStore`` plus the forwarded extensions."""
+
+
+for _method in PROTOCOL:
+    setattr(ProtocolOnlyStore, _method, _forward(_method))
+for _method in EXTENSIONS:
     setattr(RecordingStore, _method, _forward(_method))
-
-
-class _Absent:
-    """A class attribute that reads as missing (``getattr(store, name, None)`` is ``None``)."""
-
-    def __get__(self, obj: object, owner: type | None = None) -> Any:
-        raise AttributeError("not implemented by this store")
-
-
-class ProtocolOnlyStore(RecordingStore):
-    touch_fenced = _Absent()
-    server_time = _Absent()
-    bucket_counts = _Absent()

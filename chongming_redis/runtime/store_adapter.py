@@ -1,0 +1,229 @@
+"""``StoreAdapter``: the store as the runtime uses it, its extensions resolved once.
+
+A ``Controller`` builds one from its store and calls the adapter wherever a store extension
+(``stores/extensions.py``) would help; the adapter uses the extension when the store has it and
+otherwise falls back to the 14 ``TaskStore`` methods. Which extensions a store has is decided
+here, by ``isinstance`` against the protocols, once: nothing else in the runtime probes the
+store. What each fallback costs is written in ``docs/store-extensions.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
+from chongming_redis.model import Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stores import _common as check
+from chongming_redis.stores.extensions import (
+    BatchingStore,
+    BucketCountingStore,
+    BucketPoolStore,
+    CommitItem,
+    FencedTouchStore,
+    NudgeStore,
+    ServerClockStore,
+    extensions_of,
+)
+from chongming_redis.stores.protocol import TaskStore
+
+log = logging.getLogger("chongming_redis.runtime")
+
+
+@dataclass
+class Started:
+    """A task ``StoreAdapter.start`` moved to ``RUNNING``, as stored."""
+
+    snapshot: TaskSnapshot
+    #: Whether the start wrote the lease (``lease_until``); if not, the caller writes it.
+    leased: bool = True
+    #: History entries the start could not write (the store was unreachable): the caller
+    #: keeps them and appends them later (appends are idempotent).
+    unwritten: list[Transition] = field(default_factory=list)
+
+
+class StoreAdapter:
+    def __init__(self, store: TaskStore, *, owner: str = "runtime") -> None:
+        self.store = store
+        self.owner = owner  # for log lines
+        self._batching = store if isinstance(store, BatchingStore) else None
+        self._fenced = store if isinstance(store, FencedTouchStore) else None
+        self._clock = store if isinstance(store, ServerClockStore) else None
+        self._counting = store if isinstance(store, BucketCountingStore) else None
+        #: The store as a ``BucketPoolStore``, or ``None``: ``join_pool`` needs one.
+        self.pool: BucketPoolStore | None = store if isinstance(store, BucketPoolStore) else None
+        #: The store as a ``NudgeStore`` (Redis pub/sub nudges), or ``None``: nudges stay local.
+        self.nudge: NudgeStore | None = (
+            store if isinstance(store, NudgeStore) and store.namespace else None
+        )
+        self.extensions = extensions_of(store)
+
+    @property
+    def batching(self) -> bool:
+        """Whether a task's state and history are written in one atomic step (and many tasks
+        per round trip): the store is a ``BatchingStore``."""
+        return self._batching is not None
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def commit(
+        self, items: Sequence[CommitItem], *, best_effort_history: bool = False
+    ) -> list[StoreError | None]:
+        """``commit_tasks`` semantics per item: create (expected version ``None``) or
+        compare-and-set save, then the item's history; ``None`` or the ``ConcurrencyConflict``
+        / ``TaskAlreadyExists`` met, per item; a failed item writes nothing.
+
+        Without batching: one ``create``/``save`` and one ``append`` per entry, item after
+        item, so the snapshot and its history are not atomic: a ``StoreError`` may leave the
+        earlier items written, or an item's snapshot written without its history. With
+        ``best_effort_history``, a failed ``append`` is logged and skipped instead of raised
+        (the snapshot is written; the history has a gap)."""
+        if self._batching is not None:
+            return self._batching.commit_tasks(items)
+        results: list[StoreError | None] = []
+        for snapshot, expect, transitions in check.check_commit_items(list(items)):
+            try:
+                if expect is None:
+                    self.store.create(snapshot)
+                else:
+                    self.store.save(snapshot, expect_version=expect)
+            except (ConcurrencyConflict, TaskAlreadyExists) as exc:
+                results.append(exc)
+                continue
+            results.append(None)
+            self.append_all(transitions, best_effort=best_effort_history)
+        return results
+
+    def append_all(self, transitions: Sequence[Transition], *, best_effort: bool = False) -> None:
+        """Append each entry (idempotent); ``best_effort``: log a failure instead of raising."""
+        for transition in transitions:
+            try:
+                self.store.append(transition)
+            except StoreError as exc:
+                if not best_effort:
+                    raise
+                log.warning("%s: history entry %s v%d not written: %s",
+                            self.owner, transition.task_id, transition.version, exc)  # fmt: skip
+
+    def start(
+        self,
+        *,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Collection[int] | None,
+        num_buckets: int,
+        limit: int,
+        names: Collection[str],
+    ) -> list[Started]:
+        """Start up to ``limit`` eligible ``PENDING`` tasks of ``buckets`` (``None``: every
+        bucket below ``num_buckets``) and of ``names`` (empty: any), as ``start_tasks`` does.
+
+        Without batching: one query (``4 * limit`` of the oldest ``PENDING`` tasks), then per
+        task a compare-and-set ``save`` to ``RUNNING``, a fenced ``touch`` for the lease and an
+        ``append``; a task another worker started first is skipped. A lease or history write
+        that fails is reported in ``Started`` for the caller to retry, never lost."""
+        if self._batching is not None:
+            wanted = range(num_buckets) if buckets is None else sorted(buckets)
+            started = self._batching.start_tasks(
+                owner=self.owner, now=now, lease_until=lease_until, buckets=list(wanted),
+                limit=limit, names=sorted(names),
+            )  # fmt: skip
+            return [Started(snapshot) for snapshot in started]
+        query = TaskQuery(
+            statuses=frozenset({TaskStatus.PENDING}),
+            buckets=None if buckets is None else frozenset(buckets),
+            limit=limit * 4,
+        )
+        result: list[Started] = []
+        for snapshot in self.store.query(query):
+            if len(result) >= limit:
+                break
+            if names and snapshot.name not in names:
+                continue
+            if snapshot.not_before is not None and snapshot.not_before > now:
+                continue
+            one = self._start_one(snapshot, now, lease_until)
+            if one is not None:
+                result.append(one)
+        return result
+
+    def _start_one(
+        self, snapshot: TaskSnapshot, now: datetime, lease_until: datetime
+    ) -> Started | None:
+        running = dataclasses.replace(snapshot, status=TaskStatus.RUNNING, updated_at=now,
+                                      status_version=snapshot.status_version + 1,
+                                      heartbeat_at=now)  # fmt: skip
+        try:
+            self.store.save(running, expect_version=snapshot.status_version)
+        except ConcurrencyConflict:
+            return None  # another worker started it, or it was stopped: not ours
+        except StoreError as exc:
+            log.warning("%s: could not start %s: %s", self.owner, snapshot.task_id, exc)
+            return None
+        started = Started(running, leased=False)
+        try:
+            started.leased = self.touch_fenced(
+                snapshot.task_id, expect_version=running.status_version,
+                lease_owner=self.owner, lease_until=lease_until,
+            )  # fmt: skip
+        except StoreError as exc:
+            log.warning("%s: lease of %s not written yet: %s", self.owner, snapshot.task_id, exc)
+        if started.leased:
+            started.snapshot = dataclasses.replace(
+                running, lease_owner=self.owner, lease_until=lease_until
+            )
+        transition = Transition(
+            snapshot.task_id, running.status_version, TaskStatus.PENDING, TaskStatus.RUNNING, now,
+            f"started by {self.owner} (attempt {snapshot.attempt})",
+        )  # fmt: skip
+        try:
+            self.store.append(transition)
+        except StoreError:
+            started.unwritten.append(transition)
+        return started
+
+    def touch_fenced(
+        self,
+        task_id: str,
+        *,
+        expect_version: int,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+    ) -> bool:
+        """``touch_fenced`` where the store has it. Otherwise a plain ``touch`` that always
+        returns ``True``: best effort, a holder that lost its task is not fenced off (a paused
+        zombie can overwrite the new holder's lease and progress)."""
+        fields: dict[str, Any] = {
+            "progress": progress,
+            "heartbeat_at": heartbeat_at,
+            "lease_owner": lease_owner,
+            "lease_until": lease_until,
+        }
+        if self._fenced is not None:
+            return self._fenced.touch_fenced(task_id, expect_version=expect_version, **fields)
+        self.store.touch(task_id, **fields)
+        return True
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def server_time(self) -> datetime | None:
+        """The store's clock, or ``None`` when it has none (the runtime then uses this
+        process's clock)."""
+        return None if self._clock is None else self._clock.server_time()
+
+    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
+        """``{bucket: {status: n}}``; without the extension, counted from ``query()`` (every
+        task read; only buckets that have tasks are listed)."""
+        if self._counting is not None:
+            return self._counting.bucket_counts()
+        result: dict[int, dict[TaskStatus, int]] = {}
+        for snapshot in self.store.query():
+            per = result.setdefault(snapshot.bucket, dict.fromkeys(TaskStatus, 0))
+            per[snapshot.status] += 1
+        return result

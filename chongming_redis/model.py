@@ -116,7 +116,9 @@ class TaskSnapshot:
 
     ``status_version`` is the compare-and-set token: every ``save`` names the version it read.
     ``heartbeat_at`` (is the task moving?) and ``lease_owner``/``lease_until`` (is anyone
-    supervising it?) are written only by ``touch``; ``save`` never writes the lease columns.
+    supervising it?) are two separate signals, each stored as given. ``create`` stores the
+    snapshot as given, lease included; afterwards ``touch`` writes the heartbeat and the lease,
+    ``save`` writes the heartbeat the snapshot carries and never the lease columns.
     ``params`` and ``result`` hold msgpack-able values (None, bool, int, float, str, bytes, list,
     dict); tuples come back as lists.
     """
@@ -167,7 +169,9 @@ class TaskSnapshot:
 class Transition:
     """One entry of a task's audit history: the move that produced ``version``.
 
-    ``from_status`` is ``None`` for the entry that records the task's creation.
+    ``from_status`` is ``None`` for the entry that records the task's creation. ``version`` is
+    at least 1: ``history`` returns the entries above ``since_version`` (0 by default), so an
+    entry at version 0 could never be read back.
     """
 
     task_id: str
@@ -179,7 +183,7 @@ class Transition:
 
     def __post_init__(self) -> None:
         check_identifier(self.task_id, "task_id")
-        check_int(self.version, "version")
+        check_int(self.version, "version", minimum=1)
         if self.from_status is not None:
             _status(self.from_status, "from_status")
         _status(self.to_status, "to_status")

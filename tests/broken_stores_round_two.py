@@ -631,17 +631,17 @@ CAUGHT_BY: dict[str, str] = {
     "SaveRevivesPrunedTask": "test_a_save_of_a_pruned_task_is_a_conflict_and_brings_nothing_back",
     "CountsBumpOnSameStatusSave": "test_counts_do_not_move_on_a_save_that_keeps_the_status",
     "CountsBumpOnRefusedCreate": "test_counts_do_not_move_on_a_refused_create_or_save",
-    "CountsPruneDecrementsOncePerStatus": "test_counts_after_pruning_several_tasks_of_one_status_at_once",  # noqa: E501
+    "CountsPruneDecrementsOncePerStatus": "test_counts_after_pruning_several_tasks_of_one_status_at_once",
     "ClaimWindowIncludesFinished": "test_finished_commands_never_occupy_the_claim_window",
     "ClaimWindowIncludesLeased": "test_validly_leased_commands_never_occupy_the_claim_window",
     "ReclaimLeasedFromOldExpiry": "test_a_reclaim_of_an_expired_command_is_leased_from_now",
     "ReleaseResetsAge": "test_release_puts_a_command_back_at_its_original_age",
-    "ReleaseReleasesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",  # noqa: E501
-    "CompleteFinishesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",  # noqa: E501
+    "ReleaseReleasesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",
+    "CompleteFinishesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",
     "ClaimOrdersByMillisecond": "test_claim_orders_commands_by_microsecond_with_ties_by_command_id",
     "ClaimClampsLongLeases": "test_a_lease_longer_than_the_maximum_is_refused_not_clamped",
     "SubmitChecksTheTask": "test_a_command_for_an_unknown_or_finished_task_is_stored_as_is",
-    "CompleteNeedsAValidLease": "test_a_command_can_be_completed_after_its_lease_expired_or_unclaimed",  # noqa: E501
+    "CompleteNeedsAValidLease": "test_a_command_can_be_completed_after_its_lease_expired_or_unclaimed",
     "EmptyStatusesMeansAll": "test_an_empty_statuses_or_buckets_set_matches_nothing",
     "EmptyBucketsMeansAll": "test_an_empty_statuses_or_buckets_set_matches_nothing",
     "LimitBeforeTagFilter": "test_limit_applies_after_every_filter",
@@ -651,7 +651,7 @@ CAUGHT_BY: dict[str, str] = {
     "HistoryMatchesIdPrefix": "test_an_id_that_is_a_prefix_of_another_shares_nothing_with_it",
     "PruneDropsPrefixHistories": "test_an_id_that_is_a_prefix_of_another_shares_nothing_with_it",
     "ReleaseMatchesIdPrefix": "test_an_id_that_is_a_prefix_of_another_shares_nothing_with_it",
-    "AppendRemembersPrunedVersions": "test_an_id_reused_after_prune_starts_an_empty_history_that_accepts_appends",  # noqa: E501
+    "AppendRemembersPrunedVersions": "test_an_id_reused_after_prune_starts_an_empty_history_that_accepts_appends",
     "TimesAsFloatSeconds": "test_the_whole_documented_time_range_round_trips",
     "TimesClampedAt2038": "test_the_whole_documented_time_range_round_trips",
     "PruneTiesByInsertion": "test_prune_breaks_created_at_ties_by_task_id",

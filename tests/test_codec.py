@@ -457,7 +457,7 @@ snapshots = st.builds(
 transitions = st.builds(
     Transition,
     task_id=_ids,
-    version=st.integers(min_value=0, max_value=MAX_INT),
+    version=st.integers(min_value=1, max_value=MAX_INT),
     from_status=st.none() | _statuses,
     to_status=_statuses,
     at=aware_datetimes(),

@@ -5,8 +5,11 @@ checks the method set. The semantics below are the contract; ``StoreContract``
 (``chongming_redis.testing.store_contract``) checks them on one connection. Cross-process
 atomicity is the backend's own burden to prove.
 
-Every method refuses bad arguments with ``TypeError``/``ValueError`` before touching the backend,
-raises ``StoreClosed`` after ``close()``, and reports backend failures as ``StoreError``.
+Every method refuses bad arguments with ``TypeError``/``ValueError`` before touching the backend
+(whatever the store holds, and before it looks at whether it is closed; a call refused for one
+argument writes none of the others), raises ``StoreClosed`` after ``close()`` (even a call that
+needs no data), and reports backend failures as ``StoreError``. Results have the annotated types
+(``counts()`` is keyed by ``TaskStatus``, ``prune`` returns an ``int``).
 
 Identity is exact: ids (task, command, pipeline run), names and tags are case-sensitive, never
 normalised and never matched as prefixes or patterns (``t1`` shares nothing with ``t10``).
@@ -34,8 +37,9 @@ class TaskStore(Protocol):
     # -- task snapshots (optimistic concurrency) -------------------------------------------
 
     def create(self, snapshot: TaskSnapshot) -> None:
-        """Write a new task. If ``task_id`` exists, raise ``TaskAlreadyExists`` (a
-        ``StoreError``) and change nothing: never overwrite."""
+        """Write a new task, every field as given (its lease included). If ``task_id`` exists,
+        raise ``TaskAlreadyExists`` (a ``StoreError``) and change nothing — no field, index entry
+        or counter: never overwrite."""
         ...
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
@@ -58,7 +62,8 @@ class TaskStore(Protocol):
 
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
         """Tasks matching every filter of ``query`` (``None``: all tasks), ordered by
-        ``created_at`` then ``task_id`` (descending with ``newest_first``), at most ``limit``.
+        ``created_at`` then ``task_id`` in code-point order (both reversed with ``newest_first``),
+        at most ``limit``.
         Filtering happens in the backend, not by fetching everything.
 
         Only ``None`` means "no restriction": an empty ``statuses`` or ``buckets`` set matches
@@ -109,8 +114,10 @@ class TaskStore(Protocol):
 
     def submit_command(self, command: Command) -> None:
         """Store a command for the holder of its task to claim. The store never interprets
-        it: a command for an unknown or finished task is stored like any other. An existing
-        ``command_id`` raises ``CommandAlreadyExists``."""
+        it: a command for an unknown or finished task is stored like any other, and every field
+        is stored as given (a ``lease_until``, ``finished_at`` or ``outcome`` it already carries
+        included). An existing ``command_id``, finished or not, raises
+        ``CommandAlreadyExists``."""
         ...
 
     def claim_commands(
@@ -121,8 +128,9 @@ class TaskStore(Protocol):
         ``now + lease_seconds``. Returns them with ``lease_until`` set. Two claimers never get
         the same command while its lease is valid.
 
-        Order is by ``created_at`` to the microsecond, ties by ``command_id``. Finished and validly
-        leased commands never take a place among the ``limit`` (however many there are). A
+        Order is by ``created_at`` to the microsecond, ties by ``command_id`` in code-point
+        order. Finished and validly leased commands never take a place among the ``limit``
+        (however many there are). A
         re-claimed command is leased from ``now``, like any other. ``lease_seconds`` is a positive
         finite number of at most 7 days (604,800 s): a longer lease raises ``ValueError``, it is
         never clamped. ``limit`` is 1..1,000."""

@@ -13,7 +13,10 @@ from chongming_redis import (
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES
 from chongming_redis.testing.contract.support import (
     AWKWARD_IDS,
+    FAILED,
+    MAX,
     MAX_CLAIM_LIMIT,
+    NAIVE,
     PENDING,
     T0,
     ContractBase,
@@ -24,6 +27,7 @@ from chongming_redis.testing.contract.support import (
     snapshot,
     transition,
 )
+from chongming_redis.validation import check_identifier
 
 
 class BadInputRules(ContractBase):
@@ -136,3 +140,44 @@ class BadInputRules(ContractBase):
         self.store.submit_command(command("same", task_id="same"))
         assert self.ids() == ["same"]
         assert self.claimed(0) == ["same"]
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_integer_arguments_are_exact_ints_in_the_documented_range(self) -> None:
+        self.put(snapshot("t1", status=FAILED))
+        self.store.append(transition("t1", 1))
+        raises(TypeError, self.store.save, snapshot("t1", version=2), expect_version=1.0)
+        raises(TypeError, self.store.history, "t1", since_version=0.0)
+        raises(TypeError, self.store.history, "t1", since_version=0.5)
+        raises(TypeError, self.store.prune, keep_terminal=0.0)
+        raises(ValueError, self.store.history, "t1", since_version=MAX + 1)
+        raises(ValueError, self.store.prune, keep_terminal=MAX + 1)
+        assert self.ids() == ["t1"] and len(self.store.history("t1")) == 1
+
+    def test_bad_arguments_are_refused_whatever_the_store_holds(self) -> None:
+        raises(ValueError, self.store.claim_commands, now=at(0), lease_seconds=0)
+        raises(TypeError, self.store.claim_commands, now=at(0), lease_seconds=1, limit=True)
+        raises(ValueError, self.store.claim_commands, now=NAIVE, lease_seconds=1)
+        raises(ValueError, self.store.prune, keep_terminal=-1)
+        raises(TypeError, self.store.prune, keep_terminal=True)
+        raises(ValueError, self.store.history, "nobody", since_version=-1)
+        raises(TypeError, self.store.history, "nobody", since_version=True)
+        raises(ValueError, self.store.touch, "ghost", heartbeat_at=NAIVE)
+        raises(ValueError, self.store.touch, "ghost", lease_owner="")
+        raises(TypeError, self.store.touch, "ghost", progress={"current": 1})
+        raises(ValueError, self.store.complete_command, "nope", now=NAIVE)
+        raises(ValueError, self.store.release_command, "nope", now=NAIVE)
+
+    def test_bad_arguments_are_refused_with_the_shared_messages(self) -> None:
+        for bad in ("", "x" * 1025, "\ud800"):
+            expected = str(raises(ValueError, check_identifier, bad, "task_id"))
+            assert str(raises(ValueError, self.store.get, bad)) == expected
+
+    def test_bad_arguments_are_refused_before_the_closed_check(self) -> None:
+        self.close_store()
+        raises(ValueError, self.store.get, "")
+
+    def test_a_history_entry_at_version_zero_is_refused_when_it_is_built(self) -> None:
+        raises(ValueError, Transition, "t1", 0, None, PENDING, T0)
+        self.store.append(transition("t1", 1))
+        assert self.store.history("t1") == [transition("t1", 1)]

@@ -15,6 +15,7 @@ from chongming_redis import (
 from chongming_redis.testing.contract.support import (
     MAX_CLAIM_LIMIT,
     MAX_LEASE_SECONDS,
+    NAIVE,
     ONE_US,
     RUNNING,
     SUCCEEDED,
@@ -271,3 +272,40 @@ class CommandRules(ContractBase):
         assert self.claimed(50) == ["c2"]
         self.store.complete_command("c2", now=at(50))
         assert self.claimed(100) == []
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_a_finished_command_id_cannot_be_submitted_again(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0) == ["c1"]
+        self.store.complete_command("c1", now=at(1))
+        raises(CommandAlreadyExists, self.store.submit_command, command("c1", created=5))
+        assert self.claimed(100) == []
+
+    def test_complete_refuses_a_bad_outcome_and_leaves_the_command_open(self) -> None:
+        self.store.submit_command(command("c1"))
+        raises(TypeError, self.store.complete_command, "c1", now=at(1), outcome=5)
+        raises(ValueError, self.store.complete_command, "c1", now=at(1), outcome="x" * 1025)
+        assert self.claimed(0) == ["c1"]
+
+    def test_a_released_command_is_claimable_by_a_claimer_whose_clock_is_behind(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0, lease=30) == ["c1"]
+        self.store.release_command("c1", now=at(20))
+        assert self.claimed(10) == ["c1"]
+        self.store.submit_command(command("c2", created=1))
+        self.store.release_command("c2", now=at(50))  # unleased: left as it is
+        assert self.claimed(11) == ["c2"]
+
+    def test_a_refused_release_keeps_the_lease(self) -> None:
+        self.store.submit_command(command("c1"))
+        assert self.claimed(0) == ["c1"]
+        raises(ValueError, self.store.release_command, "c1", now=NAIVE)
+        raises(TypeError, self.store.release_command, "c1", now="now")
+        assert self.claimed(1) == []
+
+    def test_submit_stores_a_command_as_given(self) -> None:
+        self.store.submit_command(command("c1", lease_until=at(50)))
+        self.store.submit_command(command("c2", finished_at=at(1), outcome="done"))
+        assert self.claimed(10) == []
+        assert self.claimed(50) == ["c1"]

@@ -177,3 +177,9 @@ class CountsAndHistoryRules(ContractBase):
             self.store.append(entry)
         assert self.store.history("t1") == new
         assert self.store.history("t1", since_version=1) == new[1:]
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_counts_are_keyed_by_task_status(self) -> None:
+        self.put(snapshot("t1"))
+        assert all(type(k) is TaskStatus for k in self.store.counts())

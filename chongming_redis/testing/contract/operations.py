@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from chongming_redis import (
+    Progress,
+    TaskQuery,
+)
 from chongming_redis.stores.protocol import PROTOCOL_METHODS
 from chongming_redis.testing.contract.support import (
     FAILED,
     LIVE,
     LOST,
+    MAX,
     ONE_US,
     PAUSED,
     RUNNING,
@@ -161,3 +166,49 @@ class OperationRules(ContractBase):
         assert sorted(self.where(buckets={0, 1, 2})) == kept
         assert [len(self.store.history(f"t{i:02}")) for i in range(30)] == [0] * 25 + [1] * 5
         assert self.store.counts() == counted(succeeded=5)
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_prune_returns_an_int(self) -> None:
+        assert type(self.store.prune(keep_terminal=0)) is int
+        self.put(snapshot("t1", status=SUCCEEDED))
+        n = self.store.prune(keep_terminal=0)
+        assert n == 1 and type(n) is int
+
+    def test_a_pruned_then_recreated_task_carries_nothing_of_the_old_one(self) -> None:
+        self.put(snapshot("t1", status=SUCCEEDED))
+        self.store.touch(
+            "t1", progress=Progress(1), heartbeat_at=at(1), lease_owner="w", lease_until=at(2)
+        )
+        self.store.append(transition("t1", 1))
+        assert self.store.prune(keep_terminal=0) == 1
+        fresh = snapshot("t1", created=5)
+        self.store.create(fresh)
+        assert self.store.get("t1") == fresh
+        assert self.store.history("t1") == []
+
+    def test_prune_decides_by_the_current_status(self) -> None:
+        self.put(snapshot("t1", status=LOST))
+        self.store.save(snapshot("t1", status=RUNNING, version=2), expect_version=1)
+        assert self.store.prune(keep_terminal=0) == 0
+        assert self.ids() == ["t1"]
+
+    def test_calls_that_need_no_data_still_raise_store_closed(self) -> None:
+        self.put(snapshot("t1"))
+        self.close_store()
+        calls = {
+            "touch nothing": lambda: self.store.touch("t1"),
+            "touch ghost": lambda: self.store.touch("ghost", heartbeat_at=at(1)),
+            "query limit 0": lambda: self.store.query(TaskQuery(limit=0)),
+            "query no statuses": lambda: self.store.query(TaskQuery(statuses=frozenset())),
+            "query no buckets": lambda: self.store.query(TaskQuery(buckets=frozenset())),
+            "get missing": lambda: self.store.get("missing"),
+            "history missing": lambda: self.store.history("missing"),
+            "history max": lambda: self.store.history("t1", since_version=MAX),
+            "complete unknown": lambda: self.store.complete_command("nope", now=at(0)),
+            "release unknown": lambda: self.store.release_command("nope", now=at(0)),
+            "prune max": lambda: self.store.prune(keep_terminal=MAX),
+        }
+        wrong = {k: outcome_of(c) for k, c in calls.items()}
+        wrong = {k: v for k, v in wrong.items() if v != "StoreClosed"}
+        assert not wrong, wrong

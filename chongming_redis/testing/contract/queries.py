@@ -22,6 +22,7 @@ from chongming_redis.testing.contract.support import (
     T0,
     ContractBase,
     at,
+    command,
     full_snapshot,
     snapshot,
 )
@@ -300,3 +301,13 @@ class QueryRules(ContractBase):
         assert self.where(name_prefix="\U0001f642") == ["t6"]
         assert self.where(name="a\U0001f642") == ["t2"]
         assert self.where(name_prefix="a\U0010ffff") == ["t4"]
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_ties_are_broken_by_code_point_order(self) -> None:
+        ids = ["B", "a", "\uffff", "\U0001f642"]
+        self.put(*(snapshot(i, created=1) for i in ids))
+        assert self.ids() == sorted(ids)
+        for i in ids:
+            self.store.submit_command(command(i, created=1))
+        assert self.claimed(0) == sorted(ids)

@@ -9,17 +9,21 @@ from typing import Any
 from chongming_redis import (
     Command,
     CommandKind,
+    Failure,
     Progress,
     StoreError,
     TaskAlreadyExists,
     TaskSnapshot,
     Transition,
 )
+from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, encode_payload
 from chongming_redis.stores.protocol import PROTOCOL_METHODS, TaskStore
 from chongming_redis.testing.contract.support import (
+    AWKWARD_IDS,
     EARLIEST,
     FAILED,
     LATEST,
+    MAX,
     ONE_US,
     PENDING,
     RUNNING,
@@ -262,3 +266,82 @@ class RecordRules(ContractBase):
             stored = self.store.get("typed")
             assert stored is not None and stored.result == result
             assert type(stored.result) is type(result), result
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_every_identifier_field_round_trips_awkward_values(self) -> None:
+        texts = (*AWKWARD_IDS, "\u2126", "x" * 1024)  # OHM SIGN: NFC turns it into Ω
+        for i, text in enumerate(texts):
+            task = snapshot(f"t{i}", created=i, key=text)
+            self.store.create(task)
+            self.store.touch(f"t{i}", lease_owner=text, lease_until=at(1))
+            got = self.store.get(f"t{i}")
+            assert got == replace(task, lease_owner=text, lease_until=at(1)), repr(text)
+            self.store.submit_command(command(f"c{i}", created=i, issued_by=text))
+        got_cmds = self.store.claim_commands(now=at(0), lease_seconds=5, limit=1000)
+        assert [c.issued_by for c in got_cmds] == list(texts)
+
+    def test_the_longest_texts_round_trip(self) -> None:
+        failure = Failure("E" * 1024, "m" * (64 * 1024), "t" * (256 * 1024))
+        task = snapshot("t1", failure=failure, progress=Progress(1, 2, "p" * 4096))
+        self.put(task)
+        assert self.store.get("t1") == task
+        entry = Transition("t1", 1, None, PENDING, at(1), "r" * (64 * 1024))
+        self.store.append(entry)
+        assert self.store.history("t1") == [entry]
+
+    def test_empty_and_zero_values_are_not_none(self) -> None:
+        task = snapshot(
+            "t1",
+            params=[],
+            result={},
+            failure=Failure("E", "", ""),
+            progress=Progress(0, 0, ""),
+            attempt=0,
+            bucket=0,
+        )
+        self.put(task)
+        assert self.store.get("t1") == task
+        self.put(snapshot("t2", params={}, created=1))
+        got = self.store.get("t2")
+        assert got is not None and got.params == {}
+        entry = Transition("t1", 1, None, PENDING, at(1), "")
+        self.store.append(entry)
+        assert self.store.history("t1") == [entry]
+
+    def test_a_payload_of_exactly_the_limit_is_accepted(self) -> None:
+        params = b"x" * (MAX_PAYLOAD_BYTES - 5)
+        assert len(encode_payload(params) or b"") == MAX_PAYLOAD_BYTES
+        task = snapshot("t1", params=params)
+        self.put(task)
+        assert self.store.get("t1") == task
+        self.store.submit_command(command("c1", payload=params))
+        assert [c.payload for c in self.store.claim_commands(now=at(0), lease_seconds=1)] == [
+            params
+        ]
+
+    def test_a_bad_payload_is_refused_as_bad_input_even_for_an_existing_id(self) -> None:
+        self.put(snapshot("t1"))
+        self.store.submit_command(command("c1"))
+        huge = b"x" * (MAX_PAYLOAD_BYTES + 1)
+        raises(ValueError, self.store.create, snapshot("t1", params=huge))
+        raises(TypeError, self.store.create, snapshot("t1", params=object()))
+        raises(ValueError, self.store.submit_command, command("c1", payload=huge))
+        raises(TypeError, self.store.submit_command, command("c1", payload=object()))
+
+    def test_the_largest_integers_round_trip(self) -> None:
+        task = snapshot("t1", version=MAX - 1, attempt=MAX)
+        self.put(task)
+        assert self.store.get("t1") == task
+        moved = replace(task, status=RUNNING, status_version=MAX)
+        self.store.save(moved, expect_version=MAX - 1)
+        entry = Transition("t1", MAX, PENDING, RUNNING, at(1))
+        self.store.append(entry)
+        assert self.store.get("t1") == moved
+        assert self.store.history("t1", since_version=MAX - 1) == [entry]
+        assert self.where(limit=MAX) == ["t1"]
+
+    def test_create_stores_the_lease_the_snapshot_carries(self) -> None:
+        task = snapshot("t1", lease_owner="w", lease_until=at(9))
+        self.put(task)
+        assert self.store.get("t1") == task

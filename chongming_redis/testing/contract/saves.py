@@ -10,7 +10,9 @@ from chongming_redis import (
     Failure,
     Progress,
     StoreError,
+    TaskAlreadyExists,
 )
+from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES
 from chongming_redis.testing.contract.support import (
     FAILED,
     PAUSED,
@@ -248,3 +250,73 @@ class SaveRules(ContractBase):
         assert self.where(buckets={4}) == [] and self.where(statuses={RUNNING}) == []
         assert self.store.counts() == counted()
         assert self.store.history("t1") == []
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_a_save_that_goes_back_is_a_value_error_whatever_is_stored(self) -> None:
+        raises(ValueError, self.store.save, snapshot("ghost", version=2), expect_version=2)
+        before = snapshot("t1", version=5)
+        self.put(before)
+        raises(ValueError, self.store.save, snapshot("t1", version=3), expect_version=4)
+        assert self.store.get("ghost") is None
+        self.assert_untouched(before)
+
+    def test_save_replaces_created_at_and_the_order_follows(self) -> None:
+        self.put(snapshot("a", created=1), snapshot("b", created=2))
+        moved = snapshot("a", version=2, created=3)
+        self.store.save(moved, expect_version=1)
+        assert self.store.get("a") == moved
+        assert self.ids() == ["b", "a"]
+
+    def test_save_writes_an_earlier_heartbeat_as_given(self) -> None:
+        self.put(snapshot("t1", status=RUNNING))
+        self.store.touch("t1", heartbeat_at=at(10))
+        moved = snapshot("t1", status=RUNNING, version=2, heartbeat_at=at(5))
+        self.store.save(moved, expect_version=1)
+        assert self.store.get("t1") == moved
+
+    def test_a_save_refused_for_its_payload_moves_no_counter_or_index(self) -> None:
+        self.put(snapshot("t1", tags={"old"}))
+        huge = snapshot(
+            "t1",
+            status=RUNNING,
+            version=2,
+            tags={"new"},
+            bucket=5,
+            name="other",
+            params=b"x" * (MAX_PAYLOAD_BYTES + 1),
+        )
+        raises(ValueError, self.store.save, huge, expect_version=1)
+        assert self.store.counts() == counted(pending=1)
+        assert self.where(statuses={RUNNING}) == [] and self.where(tag="new") == []
+        assert self.where(buckets={5}) == [] and self.where(name="other") == []
+
+    def test_a_refused_create_or_save_leaves_every_index_as_it_was(self) -> None:
+        self.put(snapshot("t1", tags={"old"}, name="job", pipeline_run_id="p1"))
+        raises(
+            TaskAlreadyExists,
+            self.store.create,
+            snapshot("t1", tags={"dup"}, name="dup", pipeline_run_id="p2", bucket=7),
+        )
+        raises(
+            ConcurrencyConflict,
+            self.store.save,
+            snapshot("t1", version=3, tags={"stale"}, name="stale", pipeline_run_id="p3", bucket=8),
+            expect_version=2,
+        )
+        for value in ("dup", "stale"):
+            assert self.where(tag=value) == [] and self.where(name=value) == []
+            assert self.where(name_prefix=value[0]) == []
+        assert self.where(pipeline_run_id="p2") == [] == self.where(pipeline_run_id="p3")
+        assert self.where(buckets={7, 8}) == []
+        assert self.where(tag="old") == ["t1"]
+
+    def test_a_task_at_version_zero_can_be_saved(self) -> None:
+        self.put(snapshot("t0", version=0))
+        self.store.save(snapshot("t0", status=RUNNING, version=1), expect_version=0)
+        got = self.store.get("t0")
+        assert got is not None and got.status_version == 1
+        error = raises(
+            ConcurrencyConflict, self.store.save, snapshot("t0", version=2), expect_version=0
+        )
+        assert error.actual == 1

@@ -41,6 +41,8 @@ MAX_CLAIM_LIMIT = 1000  # the shared argument checks (stores/_common.py) cap a c
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0  # the longest command lease (protocol: claim_commands)
 LATEST = datetime(2255, 6, 5, 23, 47, 34, 740991, tzinfo=timezone.utc)  # the last storable µs
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+NAIVE = datetime(2024, 3, 10, 12, 0)  # no timezone: never a storable instant
+MAX = 2**53 - 1  # the largest integer a store must hold exactly
 
 # Ids that are valid (non-empty, <= 1,024 UTF-8 bytes, encodable) but awkward for a backend that
 # builds keys, patterns or SQL from them (RELIABILITY B1-B3). Each must be its own task.

@@ -9,6 +9,7 @@ from chongming_redis import (
     Progress,
 )
 from chongming_redis.testing.contract.support import (
+    NAIVE,
     RUNNING,
     SUCCEEDED,
     TERMINAL,
@@ -173,3 +174,42 @@ class TouchRules(ContractBase):
         got = self.store.get("t1")
         assert got is not None and (got.lease_owner, got.lease_until) == ("w2", at(100))
         assert got.status_version == 1
+
+    # -- found by an independent review of the suite (round two) --------------------
+
+    def test_a_touch_refused_for_one_argument_writes_none_of_the_others(self) -> None:
+        before = snapshot("t1", status=RUNNING)
+        self.put(before)
+        raises(ValueError, self.store.touch, "t1", progress=Progress(5), heartbeat_at=NAIVE)
+        raises(ValueError, self.store.touch, "t1", heartbeat_at=at(5), lease_owner="")
+        raises(TypeError, self.store.touch, "t1", heartbeat_at=at(5), lease_owner=7)
+        raises(
+            ValueError,
+            self.store.touch,
+            "t1",
+            progress=Progress(5),
+            lease_owner="w",
+            lease_until=NAIVE,
+        )
+        self.assert_untouched(before)
+
+    def test_touch_refuses_a_progress_that_is_not_a_progress(self) -> None:
+        before = snapshot("t1")
+        self.put(before)
+        for wrong in ({"current": 1}, 5, (1, 2)):
+            raises(TypeError, self.store.touch, "t1", progress=wrong)
+        self.assert_untouched(before)
+
+    def test_touch_stores_an_earlier_heartbeat_and_a_shorter_lease_as_given(self) -> None:
+        self.put(snapshot("t1", status=RUNNING))
+        self.store.touch("t1", heartbeat_at=at(10), lease_owner="w", lease_until=at(60))
+        self.store.touch("t1", heartbeat_at=at(5), lease_until=at(20))
+        got = self.store.get("t1")
+        assert got is not None and (got.heartbeat_at, got.lease_until) == (at(5), at(20))
+
+    def test_touch_writes_zero_and_empty_progress_values_as_given(self) -> None:
+        self.put(snapshot("t1", status=RUNNING, progress=Progress(1, 2, "m")))
+        self.store.touch("t1", progress=Progress(0, 0, ""))
+        got = self.store.get("t1")
+        assert got is not None and got.progress == Progress(0, 0, "")
+        assert got.progress.total is not None and got.progress.message is not None

@@ -311,6 +311,27 @@ class ClaimClampsLongLeases(InMemoryTaskStore):
         return super().claim_commands(now=now, lease_seconds=lease_seconds, limit=limit)
 
 
+class ClaimAcceptsALeaseShorterThanAMicrosecond(InMemoryTaskStore):
+    """claim accepts any positive lease: below a microsecond it ends the instant it starts, and
+    a second claimer at the same ``now`` gets the same command."""
+
+    def claim_commands(
+        self, *, now: datetime, lease_seconds: float, limit: int = 50
+    ) -> list[Command]:
+        if type(lease_seconds) is float and 0 < lease_seconds < 1e-6:
+            until = encode_dt(check.check_dt(now, "now"))
+            with self._open():
+                ready = sorted(
+                    (r for r in self._commands.values() if r["finished_at"] is None
+                     and (r["lease_until"] is None or r["lease_until"] <= until)),
+                    key=lambda r: (r["created_at"], r["command_id"]),
+                )[:limit]  # fmt: skip
+                for row in ready:
+                    row["lease_until"] = until
+                return [row_to_command(row) for row in ready]
+        return super().claim_commands(now=now, lease_seconds=lease_seconds, limit=limit)
+
+
 class SubmitChecksTheTask(InMemoryTaskStore):
     """submit_command interprets the command: it refuses one for an unknown or finished task."""
 
@@ -640,6 +661,7 @@ CAUGHT_BY: dict[str, str] = {
     "CompleteFinishesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",
     "ClaimOrdersByMillisecond": "test_claim_orders_commands_by_microsecond_with_ties_by_command_id",
     "ClaimClampsLongLeases": "test_a_lease_longer_than_the_maximum_is_refused_not_clamped",
+    "ClaimAcceptsALeaseShorterThanAMicrosecond": "test_a_lease_shorter_than_a_microsecond_is_refused",
     "SubmitChecksTheTask": "test_a_command_for_an_unknown_or_finished_task_is_stored_as_is",
     "CompleteNeedsAValidLease": "test_a_command_can_be_completed_after_its_lease_expired_or_unclaimed",
     "EmptyStatusesMeansAll": "test_an_empty_statuses_or_buckets_set_matches_nothing",

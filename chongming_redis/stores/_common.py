@@ -78,7 +78,10 @@ def check_claim(now: object, lease_seconds: object, limit: object) -> datetime:
     moment = check_dt(now, "now")
     seconds = check_positive_seconds(lease_seconds, "lease_seconds", maximum=MAX_LEASE_SECONDS)
     check_int(limit, "limit", minimum=1, maximum=MAX_CLAIM_LIMIT)
-    return check_dt(moment + timedelta(seconds=seconds), "now + lease_seconds")
+    until = check_dt(moment + timedelta(seconds=seconds), "now + lease_seconds")
+    if until <= moment:  # times are microseconds: a shorter lease would end as it starts
+        raise ValueError(f"lease_seconds must be at least one microsecond, not {lease_seconds!r}")
+    return until
 
 
 def check_keep_terminal(keep_terminal: object) -> int:

@@ -132,8 +132,8 @@ class TaskStore(Protocol):
         order. Finished and validly leased commands never take a place among the ``limit``
         (however many there are). A
         re-claimed command is leased from ``now``, like any other. ``lease_seconds`` is a positive
-        finite number of at most 7 days (604,800 s): a longer lease raises ``ValueError``, it is
-        never clamped. ``limit`` is 1..1,000."""
+        finite number from one microsecond to 7 days (604,800 s): a shorter or longer lease raises
+        ``ValueError`` (never rounded to nothing, never clamped). ``limit`` is 1..1,000."""
         ...
 
     def complete_command(

@@ -309,3 +309,11 @@ class CommandRules(ContractBase):
         self.store.submit_command(command("c2", finished_at=at(1), outcome="done"))
         assert self.claimed(10) == []
         assert self.claimed(50) == ["c1"]
+
+    def test_a_lease_shorter_than_a_microsecond_is_refused(self) -> None:
+        self.store.submit_command(command("c1"))
+        for too_short in (1e-7, 4e-7, 5e-324):
+            raises(ValueError, self.store.claim_commands, now=at(0), lease_seconds=too_short)
+        got = self.store.claim_commands(now=at(0), lease_seconds=1e-6)
+        assert [c.lease_until for c in got] == [at(0) + ONE_US]
+        assert self.store.claim_commands(now=at(0), lease_seconds=1) == []

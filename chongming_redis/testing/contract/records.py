@@ -226,7 +226,7 @@ class RecordRules(ContractBase):
         raises(ValueError, self.store.claim_commands, now=late, lease_seconds=11)
 
     def test_values_come_back_with_their_types(self) -> None:
-        params = {
+        params: dict[str, Any] = {
             "integral float": 1.0,
             "zero float": 0.0,
             "negative float": -2.0,

@@ -234,7 +234,8 @@ class SaveRules(ContractBase):
         for i, field in enumerate(optional):
             full = snapshot(f"t{i}", created=i, **optional)
             self.put(full)
-            cleared = replace(full, status_version=2, **{field: None})
+            none: dict[str, Any] = {field: None}
+            cleared = replace(full, status_version=2, **none)
             self.store.save(cleared, expect_version=1)
             assert self.store.get(f"t{i}") == cleared, field
 

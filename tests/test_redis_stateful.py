@@ -132,7 +132,7 @@ statuses = st.sampled_from(tuple(TaskStatus))
 transitions = st.builds(
     Transition,
     task_id=st.sampled_from(TASK_IDS),
-    version=st.integers(0, 6),
+    version=st.integers(1, 6),
     from_status=st.none() | statuses,
     to_status=statuses,
     at=later_moments,

@@ -21,11 +21,13 @@ Replies
         written for any item
   {'BADARG', detail}
 
-Invariants: as save and append; all validation happens before the first write.
+Invariants: as save and append; each written item moves to the next change-feed position
+(lib/feed), in item order; all validation happens before the first write.
 Bound: at most 100 items per call (the caller batches), each O(tags + entries) commands.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
+--- @include "lib/feed"
 --- @include "lib/task_args"
 
 local root = KEYS[1]
@@ -96,12 +98,14 @@ for _, item in ipairs(items) do
   if item.code == 'OK' and item.create then
     rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
     index_add(root, args.id, args.view)
+    feed_move(root, item.key, args.id)
   elseif item.code == 'OK' then
     if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
     rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
     if index_view_changed(item.old, args.view) then
       index_move(root, args.id, item.old, args.view)
     end
+    feed_move(root, item.key, args.id)
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
     for _, e in ipairs(item.entries) do

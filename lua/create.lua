@@ -12,11 +12,13 @@ Replies
   {'CORRUPT', key, field, detail}  the key exists but is not a task hash; nothing written
   {'BADARG', detail}
 
-Invariants: never overwrites; every index entry is written with the hash, or nothing is.
+Invariants: never overwrites; every index entry and the task's change-feed position (lib/feed)
+are written with the hash, or nothing is.
 Bound: O(number of tags) commands.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
+--- @include "lib/feed"
 --- @include "lib/task_args"
 
 local task_key, root = KEYS[1], KEYS[2]
@@ -33,4 +35,5 @@ end
 
 rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
 index_add(root, args.id, args.view)
+feed_move(root, task_key, args.id)
 return { 'OK' }

@@ -12,11 +12,14 @@ Replies
   {'BADARG', detail}
 
 Invariants: each task is checked to be terminal inside this script before it is dropped, so a
-task saved back to a live status is never dropped; all of a task's keys go in one call.
+task saved back to a live status is never dropped; all of a task's keys go in one call, and its
+change-feed item becomes a tombstone (lib/feed) at the next position, stamped with the server's
+TIME.
 Bound: at most `batch` tasks (each O(tags) commands) per call.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
+--- @include "lib/feed"
 
 local term, root = KEYS[1], KEYS[2]
 local keep, batch = ARGV[1], ARGV[2]
@@ -47,9 +50,12 @@ for i = 1, #ids do
 end
 
 -- All checks passed; from here on only writes.
+local clock = rcall('TIME')
+local removed_at = clock[1] .. string.format('%06d', tonumber(clock[2]))
 for i = 1, #doomed do
   local d = doomed[i]
   if d.key then
+    feed_tombstone(root, d.key, d.id, d.view, removed_at)
     index_remove(root, d.id, d.view)
     rcall('DEL', d.key, root .. 'h:' .. d.id)
   else

@@ -14,13 +14,16 @@ Replies
   {'CORRUPT', key, field, detail}   the stored task does not decode; nothing written
   {'BADARG', detail}
 
-Invariants: only equality with the expected version is checked (versions may jump); never
+Invariants: only equality with the expected version is checked (versions may jump); a write
+moves the task to the next change-feed position (lib/feed), a retry that finds it applied does
+not; never
 writes or deletes lease_owner/lease_until ('lo'/'lu'); validates everything before the first
 write, because a script is not rolled back on error.
 Bound: O(number of old + new tags) commands.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
+--- @include "lib/feed"
 --- @include "lib/task_args"
 
 local task_key, root = KEYS[1], KEYS[2]
@@ -50,4 +53,5 @@ rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end
+feed_move(root, task_key, args.id)
 return { 'OK' }

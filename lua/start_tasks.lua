@@ -24,11 +24,13 @@ Replies
 
 Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the tasks it
 started are returned again and nothing new is started.
-Invariants: only PENDING tasks move, each by one version; never touches another status.
+Invariants: only PENDING tasks move, each by one version; never touches another status; each
+started task moves to the next change-feed position (lib/feed).
 Bound: about max(2 * limit, 2 * index keys) candidates examined, `limit` started.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
+--- @include "lib/feed"
 --- @include "lib/msgpack_entry"
 
 local root, memo = KEYS[1], KEYS[2]
@@ -111,6 +113,7 @@ for _, c in ipairs(chosen) do
   rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', version), 'u', now, 'hb', now,
     'lo', owner, 'lu', lease_until, 'w', token)
   index_move(root, c.id, c.view, running)
+  feed_move(root, c.key, c.id)
   local history = root .. 'h:' .. c.id
   if rcall('ZCOUNT', history, version, version) == 0 then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'

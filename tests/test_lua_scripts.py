@@ -87,7 +87,7 @@ def test_scripts_are_expanded_once_and_cached() -> None:
 
 def test_every_writing_protocol_method_has_its_own_script_file() -> None:
     plain_reads = {"get", "counts", "history", "close"}
-    runtime_scripts = {"pool_tick", "start_tasks", "commit_tasks"}
+    runtime_scripts = {"pool_tick", "start_tasks", "commit_tasks", "changes"}
     expected = {m for m in PROTOCOL_METHODS if m not in plain_reads} | runtime_scripts
     assert {p.stem for p in LUA.glob("*.lua")} == expected == set(SCRIPT_NAMES)
 
@@ -125,7 +125,7 @@ def test_each_header_documents_keys_replies_and_the_bound(name: str) -> None:
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_each_documented_reply_code_is_one_the_python_side_knows(name: str) -> None:
-    known = {"OK", "EXISTS", "CONFLICT", "NOTFOUND", "CORRUPT", "BADARG", "MISMATCH"}
+    known = {"OK", "EXISTS", "CONFLICT", "NOTFOUND", "CORRUPT", "BADARG", "MISMATCH", "AHEAD"}
     body = (LUA / f"{name}.lua").read_text()
     returned = set(re.findall(r"return \{ '([A-Z]+)'", body))
     assert returned <= known, returned - known

@@ -26,6 +26,11 @@ key                   type    meaning
 ``{ns}:bucket-owner`` hash    bucket -> the worker holding its lease
 ``{ns}:bucket-until`` hash    bucket -> that lease's expiry (ms)
 ``{ns}:meta``         hash    ``num_buckets`` recorded by the first worker
+``{ns}:feed``         hash    the change feed: ``head`` (last position issued, never reused),
+                              ``tombs`` (tombstones kept)
+``{ns}:fc:<n>``       hash    feed chunk ``n``: position -> ``t<id>`` (a live task at its latest
+                              position) or ``r<tombstone>``; positions ``128n .. 128n+127``
+``{ns}:fcs``          zset    the feed chunks that hold items; score = member = ``n``
 ``{ns}:audit``        stream  command lease audit (only with ``audit=True``): one entry
                               ``op claim|complete|release cid until now [lu]`` per lease
                               change, written by the changing script; capped ~1,000,000
@@ -49,7 +54,8 @@ import re
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 #: codec column -> hash field of ``{ns}:t:<id>``. ``task_id`` is the key itself; ``w`` (not a
-#: column) is the token of the last create/save, which lets a retried write see "already done".
+#: column) is the token of the last create/save, which lets a retried write see "already done";
+#: ``fs`` (not a column) is the task's change-feed position (``lua/lib/feed.lua``).
 TASK_FIELDS: dict[str, str] = {
     "name": "n",
     "status": "s",
@@ -117,6 +123,8 @@ class Keys:
         self.bucket_until = self.root + "bucket-until"
         self.meta = self.root + "meta"
         self.audit = self.root + "audit"
+        self.feed = self.root + "feed"
+        self.feed_chunks = self.root + "fcs"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id
@@ -139,6 +147,9 @@ class Keys:
 
     def pipeline(self, pipeline_run_id: str) -> str:
         return self.root + "p:" + pipeline_run_id
+
+    def feed_chunk(self, n: int) -> str:
+        return f"{self.root}fc:{n}"
 
     def claim_memo(self, token: str) -> str:
         return self.root + "cr:" + token

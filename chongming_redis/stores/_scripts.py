@@ -87,5 +87,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "pool_tick",
     "start_tasks",
     "commit_tasks",
+    "changes",
 )
-READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query"})
+READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query", "changes"})

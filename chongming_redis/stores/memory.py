@@ -25,6 +25,7 @@ from chongming_redis.errors import (
     TaskAlreadyExists,
 )
 from chongming_redis.model import (
+    ChangePage,
     Command,
     Progress,
     TaskQuery,
@@ -33,6 +34,7 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.stores import _common as check
+from chongming_redis.stores._feed import FeedStats, MemoryFeed, check_page_limit, parse_cursor
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Row,
@@ -57,6 +59,7 @@ class InMemoryTaskStore:
         self._tasks: dict[str, Row] = {}
         self._history: dict[str, dict[int, Row]] = {}
         self._commands: dict[str, Row] = {}
+        self._feed = MemoryFeed()
 
     # -- task snapshots --------------------------------------------------------------------
 
@@ -66,6 +69,7 @@ class InMemoryTaskStore:
             if snapshot.task_id in self._tasks:
                 raise TaskAlreadyExists(snapshot.task_id)
             self._tasks[snapshot.task_id] = row
+            self._feed.move(snapshot.task_id)
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
         row = snapshot_to_row(check.check_save(snapshot, expect_version))
@@ -78,6 +82,7 @@ class InMemoryTaskStore:
             for column in LEASE_COLUMNS:  # save never writes the lease: keep what touch wrote
                 row[column] = current[column]
             self._tasks[snapshot.task_id] = row
+            self._feed.move(snapshot.task_id)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         check_identifier(task_id, "task_id")
@@ -189,6 +194,7 @@ class InMemoryTaskStore:
                     for column in LEASE_COLUMNS:
                         row[column] = self._tasks[task_id][column]
                 self._tasks[task_id] = row
+                self._feed.move(task_id)
                 history = self._history.setdefault(task_id, {})
                 for entry in entries:
                     history.setdefault(int(entry["version"]), entry)  # type: ignore[arg-type]
@@ -236,6 +242,7 @@ class InMemoryTaskStore:
                            updated_at=moment, heartbeat_at=moment, lease_owner=owner,
                            lease_until=until)  # fmt: skip
                 task_id = str(row["task_id"])
+                self._feed.move(task_id)
                 reason = f"started by {owner} (attempt {int(row['attempt'])})"  # type: ignore[arg-type]
                 entry = Transition(task_id, version, TaskStatus.PENDING, TaskStatus.RUNNING,
                                    now, reason)  # fmt: skip
@@ -312,11 +319,25 @@ class InMemoryTaskStore:
             ]
             terminal.sort(key=lambda r: (r["created_at"], r["task_id"]))
             doomed = terminal[: max(0, len(terminal) - keep)]
+            removed_at = datetime.now(timezone.utc)
             for row in doomed:
                 task_id = str(row["task_id"])
+                self._feed.tombstone(task_id, str(row["name"]), int(row["bucket"]), removed_at)  # type: ignore[arg-type]
                 del self._tasks[task_id]
                 self._history.pop(task_id, None)
             return len(doomed)
+
+    # -- the change feed -------------------------------------------------------------------
+
+    def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
+        """One page of the change feed (see ``ChangeFeed.changes``)."""
+        position, size = parse_cursor(after), check_page_limit(limit)
+        with self._open():
+            return self._feed.page(position, size, lambda i: row_to_snapshot(self._tasks[i]))
+
+    def feed_stats(self) -> FeedStats:
+        with self._open():
+            return self._feed.stats()
 
     def close(self) -> None:
         with self._lock:

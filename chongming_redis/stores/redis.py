@@ -39,14 +39,24 @@ from chongming_redis.errors import (
     TaskAlreadyExists,
 )
 from chongming_redis.model import (
+    ChangePage,
     Command,
     Progress,
     TaskQuery,
     TaskSnapshot,
     TaskStatus,
+    Tombstone,
     Transition,
 )
 from chongming_redis.stores import _common as check
+from chongming_redis.stores._feed import (
+    FeedStats,
+    check_page_limit,
+    decode_tombstone,
+    page_of,
+    parse_cursor,
+)
+from chongming_redis.stores._feed import ahead as feed_ahead
 from chongming_redis.stores._keys import (
     COMMAND_COLUMNS_BY_FIELD,
     COMMAND_FIELDS,
@@ -426,6 +436,33 @@ class RedisTaskStore:
     def client(self) -> redis.Redis:
         """The redis-py client (for the runtime's pub/sub nudges)."""
         return self._client
+
+    # -- the change feed -------------------------------------------------------------------
+
+    def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
+        """One page of the change feed (``ChangeFeed.changes``; ``lua/changes.lua``)."""
+        position, size = parse_cursor(after), check_page_limit(limit)
+        reply = self._run("changes", [self.keys.root], [position, size])
+        if reply[0] == "AHEAD":
+            raise feed_ahead(position, int(reply[1]))
+        items: list[TaskSnapshot | Tombstone] = []
+        for i in range(2, len(reply), 3):
+            value: bytes = reply[i + 1]
+            if value[:1] == b"t":
+                items.append(self._decode_task(_text(value[1:]), _pairs(reply[i + 2])))
+            else:
+                chunk = self.keys.feed_chunk(int(reply[i]) // 128)
+                items.append(decode_tombstone(value[1:], chunk))
+        last = int(reply[len(reply) - 3]) if items else None
+        return page_of(items, last, position)
+
+    def feed_stats(self) -> FeedStats:
+        """The feed's head, size (live tasks + tombstones) and tombstone count."""
+        key = self.keys.feed
+        head, tombs = self._read(key, lambda c: c.hmget(key, "head", "tombs"))
+        tasks = sum(self.counts().values())
+        tombstones = int(tombs or 0)
+        return FeedStats(int(head or 0), tasks + tombstones, tombstones)
 
     # -- control commands ------------------------------------------------------------------
 

@@ -14,16 +14,16 @@ The first test fails unless the store implements exactly ``expected_extensions``
 ``stores/extensions.py``), so an extension that silently went missing (a renamed method, a
 changed signature seen by ``isinstance``) cannot pass as "skipped". Every other test checks one
 extension and returns at once when the store does not implement it. No test framework is
-imported: plain ``assert``, a local ``raises``, ``setup_method``/``teardown_method``. Times are
-fixed instants, except ``server_time``, which is compared with this process's clock.
+imported: plain ``assert``, and the ``raises``, fixed instants and store fixture
+(``setup_method``/``teardown_method``) that ``StoreContract`` uses (``contract/support.py``).
+Times are fixed instants, except ``server_time``, which is compared with this process's clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from chongming_redis.errors import (
     ConcurrencyConflict,
@@ -44,28 +44,21 @@ from chongming_redis.stores.extensions import (
     extensions_of,
 )
 from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.testing.contract.support import (
+    PAUSED,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    T0,
+    ContractBase,
+    at,
+    counted,
+    raises,
+)
 
 __all__ = ["ExtensionsContract"]
 
-E = TypeVar("E", bound=BaseException)
-T0 = datetime(2024, 3, 10, 12, 0, 0, 123456, tzinfo=timezone.utc)
-P, R, PA, OK = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED, TaskStatus.SUCCEEDED
-
-
-def raises(exc_type: type[E], fn: Callable[..., object], /, *args: Any, **kwargs: Any) -> E:
-    """Call ``fn(*args, **kwargs)`` and return the ``exc_type`` it raised; fail otherwise."""
-    try:
-        fn(*args, **kwargs)
-    except exc_type as exc:
-        return exc
-    except Exception as exc:
-        got = f"{type(exc).__name__}: {exc}"
-        raise AssertionError(f"expected {exc_type.__name__}, got {got}") from exc
-    raise AssertionError(f"expected {exc_type.__name__}, but nothing was raised")
-
-
-def at(seconds: float = 0.0) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+P, R, PA, OK = PENDING, RUNNING, PAUSED, SUCCEEDED
 
 
 def task(task_id: str, status: TaskStatus = P, version: int = 1, created: float = 0.0,
@@ -79,36 +72,15 @@ def entry(task_id: str, version: int, to: TaskStatus = P, reason: str | None = N
     return Transition(task_id, version, before, to, at(version), reason)
 
 
-def zeros() -> dict[TaskStatus, int]:
-    return dict.fromkeys(TaskStatus, 0)
-
-
-class ExtensionsContract:
+class ExtensionsContract(ContractBase):
     """The extensions' contract as test methods. Define ``make_store`` and
-    ``expected_extensions``."""
+    ``expected_extensions``. The store fixture (``setup_method``/``teardown_method``) and the
+    helpers ``close_store``/``put`` are ``StoreContract``'s (``contract/support.py``)."""
 
     expected_extensions: frozenset[str] = frozenset()
-    store: TaskStore
-    _store_closed: bool = False
 
     def make_store(self) -> TaskStore:
         raise NotImplementedError("bind ExtensionsContract: define make_store() in the subclass")
-
-    def setup_method(self, method: object) -> None:
-        self._store_closed = False
-        self.store = self.make_store()
-
-    def teardown_method(self, method: object) -> None:
-        if not self._store_closed and hasattr(self, "store"):
-            self.store.close()
-
-    def close_store(self) -> None:
-        self._store_closed = True
-        self.store.close()
-
-    def put(self, *snapshots: TaskSnapshot) -> None:
-        for snapshot in snapshots:
-            self.store.create(snapshot)
 
     # -- which extensions ------------------------------------------------------------------
 
@@ -240,6 +212,16 @@ class ExtensionsContract:
         assert self.start(store, limit=3) == ["d", "e"]
         assert self.start(store, now=at(101)) == ["late"]
 
+    def test_start_takes_the_oldest_tasks_across_buckets_up_to_the_limit(self) -> None:
+        if (store := self.batching()) is None:
+            return
+        self.put(task("x1", created=1, bucket=1), task("x2", created=0, bucket=2),
+                 task("x3", created=2, bucket=1), task("x4", created=3, bucket=2),
+                 task("x5", created=4, bucket=1))  # fmt: skip
+        assert self.start(store, buckets=[1, 2], limit=2) == ["x2", "x1"]
+        assert self.start(store, buckets=[2, 1], limit=2) == ["x3", "x4"]
+        assert self.start(store, buckets=[1, 2], limit=2) == ["x5"]
+
     def test_start_refuses_bad_arguments(self) -> None:
         if (store := self.batching()) is None:
             return
@@ -285,6 +267,16 @@ class ExtensionsContract:
         self.close_store()
         raises(StoreClosed, store.touch_fenced, "a", expect_version=3, heartbeat_at=T0)
 
+    def test_a_fenced_touch_checks_nothing_but_the_version(self) -> None:
+        if (store := self.fenced()) is None:
+            return
+        self.put(task("a", PA, 3), task("b", OK, 4))
+        self.store.touch("a", lease_owner="old", lease_until=at(999))
+        assert store.touch_fenced("a", expect_version=3, lease_owner="new", lease_until=at(5))
+        assert self.store.get("a") == task("a", PA, 3, lease_owner="new", lease_until=at(5))
+        assert store.touch_fenced("b", expect_version=4, heartbeat_at=at(7))
+        assert self.store.get("b") == task("b", OK, 4, heartbeat_at=at(7))
+
     # -- ServerClockStore --------------------------------------------------------------------
 
     def test_server_time_is_an_aware_utc_now(self) -> None:
@@ -302,22 +294,35 @@ class ExtensionsContract:
         if not isinstance(self.store, BucketCountingStore):
             return
         counts = self.store.bucket_counts
-        assert all(per == zeros() for per in counts().values())
+        assert all(per == counted() for per in counts().values())
         self.put(task("a", R, 2, bucket=1), task("b", bucket=1), task("c", R, 2, bucket=7))
         self.store.save(task("c", OK, 3, bucket=7), expect_version=2)
-        assert counts()[1] == {**zeros(), R: 1, P: 1}
-        assert counts()[7] == {**zeros(), OK: 1}
+        assert counts()[1] == counted(running=1, pending=1)
+        assert counts()[7] == counted(succeeded=1)
         if (store := self.batching()) is not None:
             store.commit_tasks(
                 [(task("d", bucket=7), None, []), (task("a", OK, 3, bucket=1), 2, [])]
             )
             self.start(store, buckets=[1])
-            assert counts()[1] == {**zeros(), R: 1, OK: 1}
-            assert counts()[7] == {**zeros(), OK: 1, P: 1}
+            assert counts()[1] == counted(running=1, succeeded=1)
+            assert counts()[7] == counted(succeeded=1, pending=1)
         assert self.store.prune(keep_terminal=0) >= 1
-        assert counts().get(7, zeros())[OK] == 0 and counts().get(1, zeros())[OK] == 0
+        assert counts().get(7, counted())[OK] == 0 and counts().get(1, counted())[OK] == 0
         self.close_store()
         raises(StoreClosed, counts)
+
+    def test_bucket_counts_follow_a_task_that_changes_bucket(self) -> None:
+        if not isinstance(self.store, BucketCountingStore):
+            return
+        counts = self.store.bucket_counts
+        self.put(task("a", bucket=1))
+        self.store.save(task("a", R, 2, bucket=2), expect_version=1)
+        assert counts()[2] == counted(running=1)
+        assert counts().get(1, counted()) == counted()
+        if (store := self.batching()) is not None:
+            assert store.commit_tasks([(task("a", OK, 3, bucket=3), 2, [])]) == [None]
+            assert counts()[3] == counted(succeeded=1)
+            assert counts().get(2, counted()) == counted()
 
     # -- BucketPoolStore ---------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""``ExtensionsContract`` has teeth: it fails every deliberately broken extension store and
+passes the reference.
+
+Each store in ``tests/broken_extension_stores.py`` breaks one rule of ``stores/extensions.py``.
+The whole ``ExtensionsContract`` is run against it programmatically, the way pytest would
+(``setup_method``, the test, then ``teardown_method``), with the reference's
+``expected_extensions``; at least one contract test must fail, and among them the one
+``CAUGHT_BY`` names. The same runner reports zero failures on ``InMemoryTaskStore`` and on the
+sound rebuilds the broken stores start from, so a failure means the broken behaviour, not the
+runner.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.testing.extensions_contract import ExtensionsContract
+from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, EXPECTED, SOUND
+
+CONTRACT_TESTS = sorted(name for name in dir(ExtensionsContract) if name.startswith("test_"))
+
+
+def run_contract(
+    factory: Callable[[], TaskStore], expected: frozenset[str] = EXPECTED
+) -> dict[str, str]:
+    """Run every extensions test against stores from ``factory``; ``{test: why}`` per failure."""
+
+    class Bound(ExtensionsContract):
+        expected_extensions = expected
+
+        def make_store(self) -> TaskStore:
+            return factory()
+
+    failures: dict[str, str] = {}
+    for name in CONTRACT_TESTS:
+        case = Bound()
+        method = getattr(case, name)
+        try:
+            case.setup_method(method)
+            try:
+                method()
+            finally:
+                case.teardown_method(method)
+        except Exception as exc:
+            failures[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+    return failures
+
+
+def test_the_contract_has_enough_tests_to_mean_something() -> None:
+    assert len(CONTRACT_TESTS) >= 21
+
+
+@pytest.mark.parametrize("name", sorted(SOUND))
+def test_the_runner_reports_no_failure_for_the_reference_and_the_sound_rebuilds(
+    name: str,
+) -> None:
+    assert run_contract(SOUND[name]) == {}
+
+
+def test_there_are_enough_broken_stores_and_each_names_its_test() -> None:
+    assert len(BROKEN_EXTENSION_STORES) >= 15
+    assert set(BROKEN_EXTENSION_STORES) == set(CAUGHT_BY)
+    assert set(CAUGHT_BY.values()) <= set(CONTRACT_TESTS)
+
+
+def test_every_test_the_reference_runs_pins_a_broken_store() -> None:
+    """Only the Redis-only extensions (the bucket pool and the nudges), which the in-memory
+    reference does not implement, have no broken store here."""
+    redis_only = {
+        "test_pool_ticks_take_free_buckets_and_never_give_one_two_owners",
+        "test_a_pool_tick_with_another_num_buckets_is_refused_and_writes_nothing",
+        "test_the_nudge_channel_names_a_namespace_and_a_client",
+    }
+    assert set(CONTRACT_TESTS) - set(CAUGHT_BY.values()) == redis_only
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_EXTENSION_STORES))
+def test_the_contract_fails_the_broken_store(name: str) -> None:
+    store = BROKEN_EXTENSION_STORES[name]
+    failures = run_contract(store)
+    described = (store.__doc__ or "").strip()
+    assert failures, f"{name} ({described}) passed the whole extensions contract"
+    assert CAUGHT_BY[name] in failures, f"{name}: caught only by {sorted(failures)}"
+    caught = "\n".join(f"  {test}: {why}" for test, why in sorted(failures.items()))
+    print(f"{name} ({described}) caught by {len(failures)} test(s):\n{caught}")
+
+
+def test_the_extensions_contract_module_imports_no_test_framework() -> None:
+    code = (
+        "import sys, chongming_redis.testing.extensions_contract\n"
+        "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -302,3 +302,13 @@ class ChangePage:
             if not isinstance(item, TaskSnapshot | Tombstone):
                 raise TypeError(f"a page holds snapshots and tombstones, not {type(item).__name__}")
         check_text(self.next_cursor, "next_cursor", max_bytes=32)
+
+
+@dataclass(frozen=True)
+class FeedStats:
+    """What the feed costs: ``head`` (the last position issued), ``items`` (one per live task
+    plus every tombstone) and ``tombstones`` (kept forever: they only grow)."""
+
+    head: int
+    items: int
+    tombstones: int

@@ -11,26 +11,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
 from chongming_redis.errors import CorruptRecord, InvalidCursor
-from chongming_redis.model import ChangePage, TaskSnapshot, Tombstone
+from chongming_redis.model import ChangePage, FeedStats, TaskSnapshot, Tombstone
 from chongming_redis.stores.codec import decode_dt, encode_dt
 from chongming_redis.validation import MAX_INT, check_int
 
 MAX_PAGE = 256
 _CANONICAL = re.compile(r"^(0|[1-9][0-9]{0,15})$")
-
-
-@dataclass(frozen=True)
-class FeedStats:
-    """What the feed costs: ``head`` (the last position issued), ``items`` (one per live task
-    plus every tombstone) and ``tombstones`` (kept forever: they only grow)."""
-
-    head: int
-    items: int
-    tombstones: int
 
 
 def parse_cursor(after: object) -> int:

@@ -27,6 +27,7 @@ from chongming_redis.errors import (
 from chongming_redis.model import (
     ChangePage,
     Command,
+    FeedStats,
     Progress,
     TaskQuery,
     TaskSnapshot,
@@ -34,7 +35,7 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.stores import _common as check
-from chongming_redis.stores._feed import FeedStats, MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Row,

@@ -23,7 +23,9 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from chongming_redis.model import (
+    ChangePage,
     Command,
+    FeedStats,
     Progress,
     TaskQuery,
     TaskSnapshot,
@@ -184,3 +186,33 @@ PROTOCOL_METHODS: tuple[str, ...] = (
     "prune",
     "close",
 )
+
+
+@runtime_checkable
+class ChangeFeed(Protocol):
+    """The change feed (optional beside ``TaskStore``; both built-in stores have it): how
+    everything outside the workers follows the store without missing a change or a removal.
+    ``FeedContract`` (``chongming_redis.testing.feed_contract``) checks it."""
+
+    def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
+        """Up to ``limit`` items after the position ``after``: each task at most once, at its
+        latest position, holding its current state, or a ``Tombstone`` for a pruned one.
+
+        Every ``create`` and ``save`` (and every batched write the runtime uses) gives the task
+        the next position of a persistent, monotonic, never-reused sequence in the same atomic
+        step as the write; ``touch`` and refused writes never do. A task changed while a reader
+        pages reappears at a later position, so a reader never skips one. ``prune`` leaves a
+        tombstone at its own new position, kept forever (cursors never expire); a task created
+        again with a pruned id is a new item after it.
+
+        ``next_cursor`` is the position of the last item returned; an empty page means caught
+        up and returns ``after`` itself. There is no "has more": read until an empty page.
+        ``limit`` is 1..256 (``ValueError``). ``InvalidCursor`` for an ``after`` that is not
+        canonical decimal, or that is ahead of the last position issued (a restore from an
+        older backup): never a silent reset, never a fake empty page."""
+        ...
+
+    def feed_stats(self) -> FeedStats:
+        """The last position issued, the feed's size (live tasks + tombstones) and the
+        tombstones kept — the cost of cursors that never expire."""
+        ...

@@ -41,6 +41,7 @@ from chongming_redis.errors import (
 from chongming_redis.model import (
     ChangePage,
     Command,
+    FeedStats,
     Progress,
     TaskQuery,
     TaskSnapshot,
@@ -49,14 +50,13 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.stores import _common as check
+from chongming_redis.stores._feed import ahead as feed_ahead
 from chongming_redis.stores._feed import (
-    FeedStats,
     check_page_limit,
     decode_tombstone,
     page_of,
     parse_cursor,
 )
-from chongming_redis.stores._feed import ahead as feed_ahead
 from chongming_redis.stores._keys import (
     COMMAND_COLUMNS_BY_FIELD,
     COMMAND_FIELDS,

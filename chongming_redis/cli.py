@@ -280,6 +280,29 @@ def show(
         console.print(history)
 
 
+@app.command()
+def changes(
+    after: Annotated[
+        str, typer.Option(help="the cursor to read after ('0': from the start)")
+    ] = "0",
+    limit: Annotated[int, typer.Option(help="items per page, 1..256")] = 256,
+    follow: Annotated[bool, typer.Option(help="keep reading until interrupted")] = False,
+    interval: Annotated[float, typer.Option(help="seconds between polls when caught up")] = 1.0,
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """The change feed as JSON lines: one per item, then {"next_cursor": ...} per page."""
+    from chongming_redis.feed.follow import stream
+
+    with user_errors():
+        store = open_store(redis, namespace)
+        try:
+            stream(store, after=after, limit=limit, follow=follow, interval=interval,
+                   write=lambda line: print(line, flush=True))  # fmt: skip
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+
+
 def _control(action: str) -> Callable[..., None]:
     def command(task_id: str, redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
         with user_errors():

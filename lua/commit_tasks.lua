@@ -65,7 +65,7 @@ for i = 1, tonumber(count) do
   elseif kind ~= 'hash' then
     return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
   else
-    local stored = rcall('HMGET', key, 'v', 'w')
+    local stored = rcall('HMGET', key, 'v', 'w', 'fs')
     if not is_uint(stored[1]) then
       return corrupt(key, 'v', 'status_version is missing or not a canonical integer')
     end
@@ -78,7 +78,7 @@ for i = 1, tonumber(count) do
     else
       local old, bad = read_index_view(key)
       if not old then return bad end
-      item.old = old
+      item.old, item.position = old, stored[3]
     end
   end
   local history = root .. 'h:' .. args.id
@@ -96,16 +96,16 @@ local reply = { 'OK' }
 for _, item in ipairs(items) do
   local args = item.args
   if item.code == 'OK' and item.create then
-    rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
+    rcall('HSET', item.key, 'w', args.token, 'fs', feed_next(root, nil, args.id),
+      unpack(args.writes))
     index_add(root, args.id, args.view)
-    feed_move(root, item.key, args.id)
   elseif item.code == 'OK' then
     if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
-    rcall('HSET', item.key, 'w', args.token, unpack(args.writes))
+    rcall('HSET', item.key, 'w', args.token, 'fs', feed_next(root, item.position, args.id),
+      unpack(args.writes))
     if index_view_changed(item.old, args.view) then
       index_move(root, args.id, item.old, args.view)
     end
-    feed_move(root, item.key, args.id)
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
     for _, e in ipairs(item.entries) do

@@ -33,7 +33,6 @@ if kind ~= 'none' then
   return { 'EXISTS' }
 end
 
-rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
+rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, nil, args.id), unpack(args.writes))
 index_add(root, args.id, args.view)
-feed_move(root, task_key, args.id)
 return { 'OK' }

@@ -43,7 +43,8 @@ for i = 1, #ids do
     local view, bad = read_index_view(key)
     if not view then return bad end
     if not TERMINAL[view.s] then return corrupt(key, 's', 'listed as terminal but is ' .. view.s) end
-    doomed[#doomed + 1] = { id = ids[i], key = key, view = view }
+    doomed[#doomed + 1] = { id = ids[i], key = key, view = view,
+                            position = rcall('HGET', key, 'fs') }
   else
     doomed[#doomed + 1] = { id = ids[i], key = nil }
   end
@@ -55,7 +56,7 @@ local removed_at = clock[1] .. string.format('%06d', tonumber(clock[2]))
 for i = 1, #doomed do
   local d = doomed[i]
   if d.key then
-    feed_tombstone(root, d.key, d.id, d.view, removed_at)
+    feed_tombstone(root, d.position, d.id, d.view, removed_at)
     index_remove(root, d.id, d.view)
     rcall('DEL', d.key, root .. 'h:' .. d.id)
   else

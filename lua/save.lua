@@ -36,7 +36,7 @@ local kind = key_type(task_key)
 if kind == 'none' then return { 'CONFLICT', '' } end
 if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
 
-local stored = rcall('HMGET', task_key, 'v', 'w')
+local stored = rcall('HMGET', task_key, 'v', 'w', 'fs')
 if not is_uint(stored[1]) then
   return corrupt(task_key, 'v', 'status_version is missing or not a canonical integer')
 end
@@ -49,9 +49,9 @@ if not old then return bad end
 
 -- All checks passed; from here on only writes.
 if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
-rcall('HSET', task_key, 'w', args.token, unpack(args.writes))
+rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, stored[3], args.id),
+  unpack(args.writes))
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end
-feed_move(root, task_key, args.id)
 return { 'OK' }

@@ -89,7 +89,7 @@ for i = 1, #candidates do
   if key_type(key) ~= 'hash' then return corrupt(key, '', 'indexed task is missing or not a hash') end
   local view, bad = read_index_view(key)
   if not view then return bad end
-  local extra = rcall('HMGET', key, 'v', 'nb', 'at')
+  local extra = rcall('HMGET', key, 'v', 'nb', 'at', 'fs')
   if not is_uint(extra[1]) then return corrupt(key, 'v', 'status_version malformed') end
   if extra[2] and not is_uint(extra[2]) then return corrupt(key, 'nb', 'not_before malformed') end
   if extra[3] and not is_uint(extra[3]) then return corrupt(key, 'at', 'attempt malformed') end
@@ -99,7 +99,7 @@ for i = 1, #candidates do
   end
   if view.s == 'pending' and (not extra[2] or tonumber(extra[2]) <= tonumber(now)) then
     chosen[#chosen + 1] = { id = id, key = key, view = view, version = tonumber(extra[1]),
-                            attempt = extra[3] or '1' }
+                            attempt = extra[3] or '1', position = extra[4] }
   end
 end
 
@@ -111,9 +111,9 @@ for _, c in ipairs(chosen) do
   for k, v in pairs(c.view) do running[k] = v end
   running.s = 'running'
   rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', version), 'u', now, 'hb', now,
+    'fs', feed_next(root, c.position, c.id),
     'lo', owner, 'lu', lease_until, 'w', token)
   index_move(root, c.id, c.view, running)
-  feed_move(root, c.key, c.id)
   local history = root .. 'h:' .. c.id
   if rcall('ZCOUNT', history, version, version) == 0 then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'

@@ -1,6 +1,9 @@
 -- lib/feed: the change feed, kept in step with the tasks. Every script that creates, saves,
--- starts, commits or prunes a task calls feed_move / feed_tombstone in the same script as the
+-- starts, commits or prunes a task calls feed_next / feed_tombstone in the same script as the
 -- write, so a task's feed position can never disagree with its state; touch never does.
+--
+-- Every writer passes the task's stored position (its 'fs' field, read with the fields it
+-- checks anyway) and writes the new one in its own HSET: the feed costs a write 4 commands.
 --
 -- Layout (stores/_keys.py), derived from `root` (the namespace's '{ns}:' prefix, a KEY):
 --   {ns}:feed      hash   head = the last position issued (never reused, never reset),
@@ -23,29 +26,31 @@ local function feed_drop(root, position)
   if rcall('EXISTS', chunk) == 0 then rcall('ZREM', root .. 'fcs', n) end
 end
 
--- Issue the next position and put `value` there.
+-- Issue the next position and put `value` there. The chunk of the head position always holds
+-- the head item (callers put before they drop), so only a put that opens a chunk lists it.
 local function feed_put(root, value)
   local position = rcall('HINCRBY', root .. 'feed', 'head', 1)
   local text = string.format('%d', position)
   local n = string.format('%d', math.floor(position / FEED_CHUNK))
   rcall('HSET', root .. 'fc:' .. n, text, value)
-  rcall('ZADD', root .. 'fcs', n, n)
+  if position % FEED_CHUNK == 0 or position == 1 then rcall('ZADD', root .. 'fcs', n, n) end
   return text
 end
 
--- The task at `key` (id `id`) was created or changed: move it to the next position.
-local function feed_move(root, key, id)
-  local old = rcall('HGET', key, 'fs')
+-- The task `id`, whose stored position is `old` (nil or false for a new task), was created or
+-- changed: put it at the next position, drop the old one. Returns the new position, which the
+-- caller writes to the task hash's 'fs' field in the same HSET as the change.
+local function feed_next(root, old, id)
+  local position = feed_put(root, 't' .. id)
   if old then feed_drop(root, old) end
-  rcall('HSET', key, 'fs', feed_put(root, 't' .. id))
+  return position
 end
 
--- The task at `key` is being pruned (its index view `view`): replace its item with a tombstone
--- at the next position, kept forever. Encoding: 'r' removed_at(us) ' ' bucket ' ' #name ' '
--- name id (the name's byte length makes the split unambiguous whatever the name holds).
-local function feed_tombstone(root, key, id, view, removed_at)
-  local old = rcall('HGET', key, 'fs')
-  if old then feed_drop(root, old) end
+-- The task `id` (stored position `old`, index view `view`) is being pruned: a tombstone at the
+-- next position replaces its item, kept forever. Encoding: 'r' removed_at(us) ' ' bucket ' '
+-- #name ' ' name id (the name's byte length makes the split unambiguous whatever it holds).
+local function feed_tombstone(root, old, id, view, removed_at)
   feed_put(root, 'r' .. removed_at .. ' ' .. view.b .. ' ' .. #view.n .. ' ' .. view.n .. id)
+  if old then feed_drop(root, old) end
   rcall('HINCRBY', root .. 'feed', 'tombs', 1)
 end

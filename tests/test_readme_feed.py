@@ -1,0 +1,62 @@
+"""The README's change-feed example runs as shown (only the Redis URL is this test's server):
+started as a process, it applies what the store holds and what is written while it follows,
+and stops on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from chongming_redis import TaskSnapshot, TaskStatus
+from chongming_redis.stores.redis import RedisTaskStore
+from tests.support.redis_server import RedisProc
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
+README = Path(__file__).resolve().parents[1] / "README.md"
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def feed_example() -> str:
+    section = README.read_text("utf-8").split("## Follow the change feed", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None
+    return match.group(1)
+
+
+def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_path: Path) -> None:
+    code = feed_example()
+    assert len(code.strip().splitlines()) <= 12
+    code = code.replace("redis://127.0.0.1:6379/0", redis_proc.url)
+    store = RedisTaskStore.from_url(redis_proc.url, namespace="app")
+    store.client.delete(*store.client.keys("{app}:*") or ["{app}:none"])
+    store.create(TaskSnapshot("before", "job", TaskStatus.PENDING, 1, T0, T0))
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    assert process.stdout is not None
+    assert "changes applied" in process.stdout.readline()
+    store.create(TaskSnapshot("during", "job", TaskStatus.SUCCEEDED, 1, T0, T0))
+    store.prune(keep_terminal=0)
+    deadline = time.monotonic() + 20
+    rows: list[tuple[str, str]] = []
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            rows = sqlite3.connect(tmp_path / "feed.db").execute(
+                "SELECT id, status FROM seen ORDER BY id").fetchall()  # fmt: skip
+        except sqlite3.OperationalError:
+            continue
+        if rows == [("before", "pending"), ("during", "removed")]:
+            break
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=10)
+    assert rows == [("before", "pending"), ("during", "removed")]

@@ -19,7 +19,7 @@ from chongming_redis.stores.codec import decode_dt, encode_dt
 from chongming_redis.validation import MAX_INT, check_int
 
 MAX_PAGE = 256
-_CANONICAL = re.compile(r"^(0|[1-9][0-9]{0,15})$")
+_CANONICAL = re.compile(r"0|[1-9][0-9]{0,15}")  # fullmatch: "$" would let "1\n" through
 
 
 def parse_cursor(after: object) -> int:
@@ -27,7 +27,7 @@ def parse_cursor(after: object) -> int:
     that is not canonical decimal (``"007"``, ``"-1"``, ``"1e3"``, ``" 5"``, ``""``)."""
     if type(after) is not str:
         raise TypeError(f"after must be a str cursor, not {type(after).__name__}")
-    if not _CANONICAL.match(after) or int(after) > MAX_INT:
+    if not _CANONICAL.fullmatch(after) or int(after) > MAX_INT:
         raise InvalidCursor(after, "not a canonical decimal position")
     return int(after)
 

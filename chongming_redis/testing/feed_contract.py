@@ -10,9 +10,12 @@ Bind it like ``StoreContract``::
             return MyStore(...)  # a fresh, isolated, empty store on every call
 
 It checks what one reader can see: a first read over several pages, the empty page that means
-"caught up", a task that reappears after an update (even while a reader pages), ``touch`` not
-moving a task, tombstones kept forever, a pruned id created again, malformed and ahead-of-head
-cursors, and the bounds of ``limit``. No test framework is imported.
+"caught up", a task that reappears after any save (even while a reader pages), ``touch`` and
+refused writes (batched ones too) neither moving a task nor issuing a position, tombstones
+(holding the pruned task's name and bucket, counted by ``limit``) kept forever, a pruned id
+created again, malformed and ahead-of-head cursors, and the bounds of ``limit``.
+``tests/test_feed_teeth.py`` fails it on deliberately broken feeds. No test framework is
+imported.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from chongming_redis.errors import (
     StoreError,
     TaskAlreadyExists,
 )
-from chongming_redis.model import ChangePage, TaskSnapshot, Tombstone
+from chongming_redis.model import ChangePage, Progress, TaskSnapshot, Tombstone
 from chongming_redis.stores.extensions import BatchingStore
 from chongming_redis.testing.contract.support import (
     FAILED,
@@ -44,6 +47,9 @@ __all__ = ["FeedContract"]
 
 Item = TaskSnapshot | Tombstone
 MALFORMED = ("007", "-1", "1e3", " 5", "5 ", "", "+5", "0x10", "5.0", "\u0663", "1_0", "٣")
+# Not canonical, yet ``int()`` reads each as a position at or below a small head: a lenient
+# parser is caught here rather than by the ahead-of-head check.
+LENIENT = ("00", "01", "+1", "-0", " 1", "1\n", "0_1", "\u0661", "\uff11", "1.0")
 
 
 class FeedContract(ContractBase):
@@ -86,6 +92,18 @@ class FeedContract(ContractBase):
         page = self.page("0")
         assert page.tasks == () and page.next_cursor == "0"
         assert self.read_all() == ([], "0")
+
+    def test_an_empty_page_keeps_the_cursor_it_was_asked_with(self) -> None:
+        self.put(*(snapshot(f"t{i}", status=SUCCEEDED, created=i) for i in range(3)))
+        self.save_as("t0", status=SUCCEEDED)
+        head = self.page("0").next_cursor
+        assert head != "0"
+        for limit in (1, 256):
+            assert self.page(head, limit) == ChangePage((), head)
+        self.store.prune(keep_terminal=2)
+        cursor = self.page(head).next_cursor
+        assert int(cursor) > int(head)
+        assert self.page(cursor) == ChangePage((), cursor)
 
     def test_a_first_read_over_several_pages_returns_every_task_once_in_order(self) -> None:
         tasks = [snapshot(f"t{i:02}", created=50 - i) for i in range(10)]
@@ -134,6 +152,17 @@ class FeedContract(ContractBase):
         assert self.seen(items) == ["t3", "t4", "t6", "t7", "t1", "t5"]
         assert all(t.status == RUNNING for t in items[-2:])
 
+    def test_every_save_moves_the_task_whatever_it_changes(self) -> None:
+        self.put(*(snapshot(f"t{i}", created=i) for i in range(5)))
+        _, cursor = self.read_all()
+        self.save_as("t3", progress=Progress(1, 4, "a quarter"))
+        self.save_as("t1", result={"rows": 3})
+        self.save_as("t0", tags=frozenset({"x"}))
+        self.save_as("t4", updated_at=at(60))
+        self.save_as("t2")  # nothing but the version
+        items, _ = self.read_all(cursor)
+        assert items == [self.store.get(i) for i in ("t3", "t1", "t0", "t4", "t2")]
+
     def test_touch_never_moves_a_task(self) -> None:
         self.put(*(snapshot(f"t{i}", created=i) for i in range(3)))
         before, cursor = self.read_all()
@@ -152,6 +181,17 @@ class FeedContract(ContractBase):
         raises(ConcurrencyConflict, self.store.save, snapshot("zz", version=2), expect_version=1)
         assert self.page(cursor).tasks == ()
         assert self.seen(self.read_all()[0]) == ["t1", "t2"]
+
+    def test_touch_and_refused_writes_issue_no_position(self) -> None:
+        self.put(snapshot("t1"), snapshot("t2", created=1))
+        before = self.store.feed_stats()  # type: ignore[attr-defined]
+        self.store.touch("t1", heartbeat_at=at(5), lease_owner="w", lease_until=at(9))
+        self.store.touch("missing", heartbeat_at=at(5))
+        raises(TaskAlreadyExists, self.store.create, snapshot("t1"))
+        raises(ConcurrencyConflict, self.store.save, snapshot("t2", version=5), expect_version=4)
+        assert self.store.feed_stats() == before  # type: ignore[attr-defined]
+        _, cursor = self.read_all()
+        assert int(cursor) == before.head, "a caught-up reader's cursor is the head"
 
     def test_a_full_page_spans_many_positions(self) -> None:
         self.put(*(snapshot(f"t{i:03}", created=i) for i in range(300)))
@@ -193,6 +233,40 @@ class FeedContract(ContractBase):
         self.store.prune(keep_terminal=0)  # a live task: nothing pruned
         assert self.seen(self.read_all()[0]) == ["-t1", "t1"]
 
+    def test_a_tombstone_holds_the_name_and_bucket_the_task_had_when_pruned(self) -> None:
+        self.put(snapshot("t1", name="etl.extract", bucket=2))
+        self.save_as("t1", status=SUCCEEDED, name="etl.load", bucket=9)
+        _, cursor = self.read_all()
+        self.store.prune(keep_terminal=0)
+        (stone,) = self.page(cursor).tasks
+        assert isinstance(stone, Tombstone)
+        assert (stone.task_id, stone.name, stone.bucket) == ("t1", "etl.load", 9)
+
+    def test_tombstones_outlive_later_prunes_and_writes(self) -> None:
+        self.put(snapshot("a", status=SUCCEEDED), snapshot("b", status=FAILED, created=1))
+        self.put(snapshot("c", created=2))
+        assert self.store.prune(keep_terminal=1) == 1  # a
+        self.save_as("c", status=SUCCEEDED)
+        assert self.store.prune(keep_terminal=0) == 2  # b and c
+        assert self.store.prune(keep_terminal=0) == 0
+        self.put(snapshot("d", created=3))
+        self.save_as("d", status=RUNNING)
+        seen = self.seen(self.read_all()[0])
+        assert seen[0] == "-a" and sorted(seen[1:3]) == ["-b", "-c"] and seen[3:] == ["d"]
+        stats = self.store.feed_stats()  # type: ignore[attr-defined]
+        assert (stats.items, stats.tombstones) == (4, 3)
+
+    def test_tombstones_count_towards_the_limit_of_a_page(self) -> None:
+        self.put(*(snapshot(f"t{i}", status=SUCCEEDED, created=i) for i in range(5)))
+        self.put(snapshot("live", created=9))
+        _, cursor = self.read_all()
+        assert self.store.prune(keep_terminal=0) == 5
+        self.save_as("live", status=RUNNING)
+        for limit in (1, 2, 4, 6):
+            assert len(self.page(cursor, limit).tasks) == limit
+            seen = self.seen(self.read_all(cursor, limit)[0])  # no page above its limit
+            assert sorted(seen[:5]) == [f"-t{i}" for i in range(5)] and seen[5:] == ["live"]
+
     def test_feed_stats_report_the_head_the_size_and_the_tombstones(self) -> None:
         stats = self.store.feed_stats()  # type: ignore[attr-defined]
         assert (stats.head, stats.items, stats.tombstones) == (0, 0, 0)
@@ -223,7 +297,8 @@ class FeedContract(ContractBase):
         if not isinstance(store, BatchingStore):
             return  # a store without the batching extension has no batched writes
         store.commit_tasks([(snapshot("a"), None, [transition("a", 1)])])
-        _, cursor = self.read_all()
+        created, cursor = self.read_all()
+        assert created == [self.store.get("a")], "a batched create moves the task"
         started = store.start_tasks(owner="w", now=at(10), lease_until=at(40), buckets=[0])
         assert [t.task_id for t in started] == ["a"]
         page = self.page(cursor)
@@ -232,16 +307,33 @@ class FeedContract(ContractBase):
         assert store.commit_tasks([(done, 2, [])]) == [None]
         assert self.page(page.next_cursor).tasks == (self.store.get("a"),)
 
+    def test_a_refused_batched_item_does_not_move_its_task(self) -> None:
+        store = self.store
+        if not isinstance(store, BatchingStore):
+            return
+        self.put(snapshot("a"), snapshot("b", created=1))
+        _, cursor = self.read_all()
+        results = store.commit_tasks(
+            [
+                (snapshot("a", status=FAILED), None, []),  # exists
+                (snapshot("b", version=3), 2, []),  # b is at version 1
+                (snapshot("c", created=2), None, [transition("c", 1)]),
+            ]
+        )
+        assert [type(r) for r in results] == [TaskAlreadyExists, ConcurrencyConflict, type(None)]
+        assert self.seen(self.read_all(cursor)[0]) == ["c"]
+        assert self.seen(self.read_all()[0]) == ["a", "b", "c"]
+
     # -- cursors and limits ------------------------------------------------------------------
 
     def test_a_malformed_cursor_is_refused(self) -> None:
-        self.put(snapshot("t1"))
-        for bad in MALFORMED:
+        self.put(*(snapshot(f"t{i:02}", created=i) for i in range(12)))  # head >= 12
+        for bad in MALFORMED + LENIENT:
             error = raises(InvalidCursor, self.page, bad)
             assert isinstance(error, StoreError), bad
         for wrong in (0, None, b"0", 1.0):
             raises(TypeError, self.page, wrong)
-        assert self.seen(self.read_all()[0]) == ["t1"]
+        assert self.seen(self.read_all()[0]) == [f"t{i:02}" for i in range(12)]
 
     def test_a_cursor_ahead_of_the_head_is_refused_not_reset(self) -> None:
         self.put(snapshot("t1"), snapshot("t2", created=1))

@@ -212,7 +212,7 @@ def test_encode_dt_refuses_what_the_model_refuses(moment: datetime) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["1e3", "0x10", "-5", " 5", "5 ", "05", "+5", "1.0", "", "abc", "inf", "nan", "٣"],
+    ["1e3", "0x10", "-5", " 5", "5 ", "5\n", "05", "+5", "1.0", "", "abc", "inf", "nan", "٣"],
 )
 def test_decode_dt_refuses_non_canonical_or_out_of_range_text(text: str) -> None:
     with pytest.raises(ValueError):

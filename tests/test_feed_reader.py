@@ -159,6 +159,7 @@ def test_re_applying_is_idempotent_by_task_and_version(consumer_factory: Factory
 BAD_PAGES: dict[str, Any] = {
     "not a page": {"tasks": [], "next_cursor": "5"},
     "non-canonical cursor": ChangePage((task("a"),), "007"),
+    "cursor with a trailing newline": ChangePage((task("a"),), "5\n"),
     "too large": ChangePage(tuple(task(f"t{i}") for i in range(4)), "9"),
     "non-advancing": ChangePage((task("a"),), "3"),
     "backwards": ChangePage((task("a"),), "2"),

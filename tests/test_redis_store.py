@@ -102,7 +102,7 @@ def test_a_task_named_like_an_internal_suffix_is_its_own_task(
     assert {s.task_id for s in store.query()} == {"x", "x:history"}
 
 
-@pytest.mark.parametrize("bad", ["", "a b", "{x}", "a:b", "x" * 65, "ü"])
+@pytest.mark.parametrize("bad", ["", "a b", "{x}", "a:b", "x" * 65, "ü", "ns\n"])
 def test_a_bad_namespace_is_refused_before_connecting(bad: str) -> None:
     with pytest.raises(ValueError, match="namespace"):
         RedisTaskStore.from_url("redis://127.0.0.1:1/0", namespace=bad)

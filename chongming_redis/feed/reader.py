@@ -129,7 +129,7 @@ def check_page(page: Any, cursor: str, limit: int) -> None:
     """Everything a page must be before anything of it is applied."""
     if not isinstance(page, ChangePage):
         raise PageRejected(f"not a ChangePage: {type(page).__name__}")
-    if not isinstance(page.next_cursor, str) or not _CANONICAL.match(page.next_cursor):
+    if not isinstance(page.next_cursor, str) or not _CANONICAL.fullmatch(page.next_cursor):
         raise PageRejected(f"next_cursor {page.next_cursor!r} is not canonical decimal")
     if len(page.tasks) > limit:
         raise PageRejected(f"page of {len(page.tasks)} items, asked for at most {limit}")

@@ -101,7 +101,7 @@ COMMAND_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in COMMAND_FIELDS.item
 def check_namespace(namespace: object) -> str:
     if type(namespace) is not str:
         raise TypeError(f"namespace must be a str, not {type(namespace).__name__}")
-    if not _NAMESPACE.match(namespace):
+    if not _NAMESPACE.fullmatch(namespace):
         raise ValueError(
             f"namespace {namespace!r} must be 1-64 characters of letters, digits, '_', '.', '-'"
         )

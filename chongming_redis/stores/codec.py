@@ -348,7 +348,7 @@ def _int_value(value: object) -> int:
         return int(value)
     if isinstance(value, bytes | str):
         text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-        if _CANONICAL_INT.match(text):
+        if _CANONICAL_INT.fullmatch(text):
             return int(text)
         raise ValueError(f"{text[:40]!r} is not a canonical integer")
     raise ValueError(f"expected an integer, got {type(value).__name__}")
@@ -434,7 +434,7 @@ class _Reader:
             return value  # type: ignore[return-value]
         if isinstance(value, bytes | str):
             text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-            if _CANONICAL_INT.match(text):
+            if _CANONICAL_INT.fullmatch(text):
                 return int(text)
             try:
                 return float(text)

@@ -21,7 +21,8 @@ Replies
         written for any item
   {'BADARG', detail}
 
-Invariants: as save and append; each written item moves to the next change-feed position
+Invariants: a task appears at most once per call (each item is judged against the state
+before the call); as save and append; each written item moves to the next change-feed position
 (lib/feed), in item order; all validation happens before the first write.
 Bound: at most 100 items per call (the caller batches), each O(tags + entries) commands.
 ]]
@@ -35,7 +36,7 @@ local count = ARGV[1]
 if not is_uint(count) or tonumber(count) > 100 then return badarg('item count malformed') end
 
 -- Pass 1: parse and classify every item; no writes.
-local items, pos = {}, 2
+local items, pos, seen = {}, 2, {}
 for i = 1, tonumber(count) do
   local creating = ARGV[pos + 2] == ''
   local args, err, after = read_task_args(creating, pos, true)
@@ -50,6 +51,8 @@ for i = 1, tonumber(count) do
     entries[e] = { version = version, entry = entry }
   end
   pos = p + 2 * tonumber(n) + 1
+  if seen[args.id] then return badarg('a task appears twice in one call') end
+  seen[args.id] = true
   local key = root .. 't:' .. args.id
   local item = { args = args, key = key, entries = entries, code = 'OK', actual = '' }
   local kind = key_type(key)

@@ -68,11 +68,14 @@ for _, b in ipairs(buckets) do
   for _, name in ipairs(names) do sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. name end
 end
 local per_source = math.min(2 * limit, math.max(2, math.ceil(2 * limit / math.max(1, #sources))))
-local candidates = {}
+local candidates, listed = {}, {}
 for _, source in ipairs(sources) do
   local raw = rcall('ZRANGE', source, 0, per_source - 1, 'WITHSCORES')
   for i = 1, #raw, 2 do
-    candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
+    if not listed[raw[i]] then -- a name given twice lists its index twice: start a task once
+      listed[raw[i]] = true
+      candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
+    end
   end
 end
 table.sort(candidates, function(a, b)

@@ -48,6 +48,17 @@ class CommitFailedItemWritesHistory(InMemoryTaskStore):
         return results
 
 
+class CommitAllowsATaskTwice(InMemoryTaskStore):
+    """commit_tasks takes a task named twice in one call, one item after the other (on Redis
+    both items were judged against the state before the call: the feed got the task twice)."""
+
+    def commit_tasks(self, items: Sequence[CommitItem]) -> list[StoreError | None]:
+        results: list[StoreError | None] = []
+        for item in items:
+            results += super().commit_tasks([item])
+        return results
+
+
 class CommitSaveWritesTheLease(InMemoryTaskStore):
     """commit_tasks saves the snapshot's lease columns too, over the lease touch wrote."""
 
@@ -817,6 +828,7 @@ DECLARED = "test_the_store_implements_exactly_the_declared_extensions"
 #: Broken store -> the ExtensionsContract test that pins the rule it breaks.
 CAUGHT_BY: dict[str, str] = {
     "CommitFailedItemWritesHistory": CONFLICT,
+    "CommitAllowsATaskTwice": "test_a_task_named_twice_in_one_call_is_refused_and_nothing_is_written",
     "CommitSaveWritesTheLease": KEEPS_LEASE,
     "CommitCreateDropsTheLease": BATCHING,
     "CommitCreateSkipsItsHistory": BATCHING,

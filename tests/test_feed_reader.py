@@ -242,3 +242,23 @@ def test_limit_is_checked() -> None:
 
 def test_replace_keeps_a_snapshot_valid() -> None:  # guards the helper above
     assert replace(task("a"), status_version=2).status_version == 2
+
+
+def test_a_commit_refused_by_a_locked_database_rolls_back_and_the_next_step_works(
+    tmp_path: Path,
+) -> None:
+    store = InMemoryTaskStore()
+    store.create(task("t1"))
+    consumer = SqliteFeedConsumer(tmp_path / "c.db")
+    consumer._db.execute("PRAGMA busy_timeout = 100")
+    other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+    other.execute("BEGIN")
+    other.execute("SELECT * FROM feed_cursor").fetchall()  # a reader's shared lock
+    reader = FeedReader(store, consumer)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        reader.step()
+    assert not consumer._db.in_transaction
+    other.execute("COMMIT")
+    assert consumer.cursor() == "0" and consumer.all_bindings() == {}
+    assert reader.step() == 1
+    assert consumer.cursor() == "1"

@@ -108,18 +108,19 @@ def test_commit_without_batching_reports_the_same_per_item_errors_and_writes() -
     for store in (plain, batching):
         store.create(task("a", R, 3))
         store.create(task("b"))
+        store.create(task("c"))
         store.touch("b", lease_owner="w1", lease_until=T0)
         items = [
             (task("a", OK, 5), 2, [entry("a", 5, OK)]),  # stale: a conflict, nothing written
             (task("b", R, 2, lease_owner="x", lease_until=T0), 1, [entry("b", 2, R)]),
             (task("new"), None, [entry("new", 1)]),
-            (task("a"), None, [entry("a", 1)]),  # exists
+            (task("c", R), None, [entry("c", 1)]),  # exists
         ]
         errors = [type(e) for e in StoreAdapter(store).commit(items)]
         assert errors == [ConcurrencyConflict, type(None), type(None), TaskAlreadyExists]
     assert plain.query() == batching.query()
     assert plain.get("b").lease_owner == "w1", "a save never writes the lease"
-    for task_id in ("a", "b", "new"):
+    for task_id in ("a", "b", "c", "new"):
         assert plain.history(task_id) == batching.history(task_id)
     assert StoreAdapter(plain).bucket_counts() == batching.bucket_counts()
 

@@ -91,10 +91,11 @@ class SqliteFeedConsumer:
                 if self._apply is not None:
                     self._apply(db, change.item)
             db.execute("UPDATE feed_cursor SET cursor = ?", (next_cursor,))
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # a failed COMMIT (a locked database) included
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
 
     def close(self) -> None:
         self._db.close()

@@ -122,13 +122,17 @@ def check_commit_items(items: object) -> CommitItems:
                     f"a transition of task {entry.task_id!r} in the item of {task.task_id!r}"
                 )
         checked.append((task, expect, entries))
+    ids = [task.task_id for task, _, _ in checked]
+    if len(set(ids)) != len(ids):  # each item is judged against the state before the call
+        raise ValueError("items must name distinct tasks: a task may appear once per call")
     return checked
 
 
 def check_start(
     owner: object, now: object, lease_until: object, buckets: object, limit: object, names: object
 ) -> tuple[list[int], list[str]]:
-    """``start_tasks`` arguments; returns the distinct buckets (sorted) and the names."""
+    """``start_tasks`` arguments; returns the distinct buckets and the distinct names, sorted
+    (a name given twice must not make a task a candidate twice)."""
     check_identifier(owner, "owner")
     check_dt(now, "now")
     check_dt(lease_until, "lease_until")
@@ -137,4 +141,4 @@ def check_start(
         raise TypeError("buckets and names must be sequences, not strings")
     wanted = [check_int(b, "bucket", maximum=2**31 - 1) for b in buckets]  # type: ignore[attr-defined]
     types = [check_identifier(n, "name") for n in names]  # type: ignore[attr-defined]
-    return sorted(set(wanted)), types
+    return sorted(set(wanted)), sorted(set(types))

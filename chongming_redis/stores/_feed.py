@@ -15,7 +15,7 @@ from datetime import datetime
 
 from chongming_redis.errors import CorruptRecord, InvalidCursor
 from chongming_redis.model import ChangePage, FeedStats, TaskSnapshot, Tombstone
-from chongming_redis.stores.codec import decode_dt, encode_dt
+from chongming_redis.stores.codec import decode_dt
 from chongming_redis.validation import MAX_INT, check_int
 
 MAX_PAGE = 256
@@ -46,13 +46,6 @@ def ahead(after: int, head: int) -> InvalidCursor:
 def page_of(items: list[TaskSnapshot | Tombstone], last: int | None, after: int) -> ChangePage:
     """A page; an empty one keeps the cursor it was asked with."""
     return ChangePage(tuple(items), str(after if last is None else last))
-
-
-def encode_tombstone(tombstone: Tombstone) -> str:
-    """``lua/lib/feed.lua``'s encoding, without the leading ``r``."""
-    name = tombstone.name.encode("utf-8")
-    head = f"{encode_dt(tombstone.removed_at)} {tombstone.bucket} {len(name)} "
-    return head + tombstone.name + tombstone.task_id
 
 
 def decode_tombstone(value: bytes, key: str) -> Tombstone:

@@ -128,13 +128,13 @@ class ExtensionsContract(ContractBase):
     def test_a_conflicting_item_writes_nothing_and_the_others_still_apply(self) -> None:
         if (store := self.batching()) is None:
             return
-        self.put(task("a", R, 3), task("b"))
+        self.put(task("a", R, 3), task("b"), task("c"))
         items = [
             (task("a", OK, 5), 2, [entry("a", 5, OK)]),  # stale expectation
             (task("b", R, 2), 1, [entry("b", 2, R)]),
             (task("gone", R, 2), 1, [entry("gone", 2, R)]),  # missing: a conflict too
             (task("new"), None, [entry("new", 1)]),
-            (task("b"), None, []),  # exists (judged against the state before the call)
+            (task("c", R), None, []),  # exists
         ]
         a, b, gone, new, exists = store.commit_tasks(items)
         assert isinstance(a, ConcurrencyConflict) and (a.expected, a.actual) == (2, 3)
@@ -164,6 +164,19 @@ class ExtensionsContract(ContractBase):
         assert self.store.get("ok") is None and self.store.history("ok") == []
         self.close_store()
         raises(StoreClosed, store.commit_tasks, [])
+
+    def test_a_task_named_twice_in_one_call_is_refused_and_nothing_is_written(self) -> None:
+        if (store := self.batching()) is None:
+            return
+        self.put(task("s"))
+        twice = [(task("n"), None, []), (task("n"), None, [entry("n", 1)])]
+        raises(ValueError, store.commit_tasks, twice)
+        saves: list[Any] = [(task("s", R, 2), 1, []), (task("s", OK, 2), 1, [])]
+        raises(ValueError, store.commit_tasks, saves)
+        raises(ValueError, store.commit_tasks, [(task("n"), None, []), (task("s", R, 2), 1, []),
+                                                (task("n"), None, [])])  # fmt: skip
+        assert self.store.get("n") is None and self.store.get("s") == task("s")
+        assert self.store.counts() == counted(pending=1)
 
     # -- BatchingStore.start_tasks ----------------------------------------------------------
 
@@ -195,7 +208,8 @@ class ExtensionsContract(ContractBase):
         self.put(task("run", R, 2), task("paused", PA, 2), task("done", OK, 3),
                  task("b1", bucket=1), task("b2", bucket=2), task("other", name="other"),
                  task("p"))  # fmt: skip
-        assert self.start(store, buckets=[0], names=["job"]) == ["p"]
+        assert self.start(store, buckets=[0], names=["job", "job"]) == ["p"]  # once, not twice
+        assert self.store.counts()[R] == 2
         assert self.start(store, buckets=[2, 1, 2]) == ["b1", "b2"]
         assert self.start(store, buckets=[]) == []
         assert self.start(store) == ["other"]

@@ -515,8 +515,14 @@ class Controller:
         for held in batch:  # only the committer ever holds more than one of these locks
             held.write_lock.acquire()
         try:
-            # Judged under the locks: the supervisor may have flushed one meanwhile.
-            dirty = [h for h in batch if h.stored_version != h.snapshot.status_version]
+            # Judged under the locks: the supervisor may have flushed one meanwhile. A task
+            # goes once per call (the store refuses it twice); a second holder of the same id
+            # is left to the supervisor's next flush.
+            dirty, ids = [], set()
+            for h in batch:
+                if h.stored_version != h.snapshot.status_version and h.snapshot.task_id not in ids:
+                    ids.add(h.snapshot.task_id)
+                    dirty.append(h)
             items = [(h.snapshot, h.stored_version, list(h.pending)) for h in dirty]
             try:
                 results = self.writer.commit(items) if items else []

@@ -29,9 +29,9 @@ from rich.console import Console
 from rich.table import Table
 
 from chongming_redis import TaskSnapshot, TaskStatus
+from chongming_redis.embedded import EmbeddedRedis
 from chongming_redis.stores._scripts import script_text
 from chongming_redis.stores.redis import RedisTaskStore
-from tests.support.redis_server import RedisProc
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 PAGE = 256
@@ -126,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     big = 100_000 if args.quick else 1_000_000
     console = Console()
-    server = RedisProc(extra_args=("--appendonly", "no"))
+    server = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()
     try:
         results: dict[int, tuple[float, float]] = {}
         memory = 0.0
@@ -161,7 +161,7 @@ def main() -> None:
         table.add_row(f"feed bytes per task at {big:,}", f"{memory:.1f}", "<= 60")
         console.print(table)
     finally:
-        server.close()
+        server.stop()
 
 
 if __name__ == "__main__":

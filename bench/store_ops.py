@@ -42,8 +42,8 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.embedded import EmbeddedRedis
 from chongming_redis.stores.redis import RedisTaskStore
-from tests.support.redis_server import RedisProc
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BARE_CAS = """
@@ -145,7 +145,8 @@ def main() -> None:
     options = parser.parse_args()
     n_ops, small, large = (3_000, 2_000, 20_000) if options.quick else (9_000, 10_000, 100_000)
     console = Console()
-    server = RedisProc(extra_args=("--appendonly", "no", "--slowlog-log-slower-than", "10000"))
+    extra = ("--appendonly", "no", "--slowlog-log-slower-than", "10000")
+    server = EmbeddedRedis(port=0, extra_args=extra).start()
     try:
         store = RedisTaskStore.from_url(server.url, namespace="bench-ops", check_server=False)
         table = Table(title=f"protocol calls, one connection, {n_ops} calls each")
@@ -195,7 +196,7 @@ def main() -> None:
         console.print(f"redis-server {client.info('server')['redis_version']}, "
                       f"Python {sys.version.split()[0]}, {os.cpu_count()} cores")  # fmt: skip
     finally:
-        server.close()
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -64,13 +64,13 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from chongming_redis.embedded import EmbeddedRedis
 from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
-from tests.support.redis_server import RedisProc
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {1: 4_650.0, 2: 7_950.0}
@@ -461,7 +461,7 @@ def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
 
 
 def run_drain(
-    server: RedisProc, namespace: str, workers: int, n: int, concurrency: int, tmp: Path,
+    server: EmbeddedRedis, namespace: str, workers: int, n: int, concurrency: int, tmp: Path,
     *, profile: bool = False,
 ) -> tuple[Drain, Workers]:  # fmt: skip
     store = RedisTaskStore.from_url(server.url, namespace=namespace, check_server=False)
@@ -516,7 +516,7 @@ def run_drain(
 
 
 def run_latency(
-    server: RedisProc, namespace: str, workers: int, rate: float, seconds: float,
+    server: EmbeddedRedis, namespace: str, workers: int, rate: float, seconds: float,
     concurrency: int, tmp: Path,
 ) -> tuple[list[float], list[float], Check]:  # fmt: skip
     """Submit at ``rate``/s for ``seconds`` to idle-waiting workers; per task the seconds from
@@ -698,7 +698,7 @@ def main() -> None:
         f"{START_POLL * 1000:.0f} ms, command poll {COMMAND_POLL * 1000:.0f} ms"
     )
 
-    server = RedisProc(extra_args=("--appendonly", "no"))
+    server = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()
     try:
         # Warm-up, not reported: script cache, keyspace tables, first connections.
         run_drain(server, "warmup", 1, min(n, 500), options.concurrency, tmp)
@@ -737,11 +737,11 @@ def main() -> None:
             console.print(profile_table([tmp / f"{o}.prof" for o in pool.owners], n))
         version = server.client().info("server")["redis_version"]
     finally:
-        server.close()
+        server.stop()
 
     if not options.no_aof:
         n_aof = max(200, n // 5)
-        aof = RedisProc()  # the harness default: appendonly yes, appendfsync always
+        aof = EmbeddedRedis(port=0).start()  # the default: appendonly yes, appendfsync always
         try:
             aof_drains = [
                 run_drain(aof, f"aof-{w}p", w, n_aof, options.concurrency, tmp)[0] for w in (1, 2)
@@ -749,7 +749,7 @@ def main() -> None:
             title = f"drain, appendfsync always (AOF in {aof.dir.parent})"
             console.print(throughput_table(title, aof_drains))
         finally:
-            aof.close()
+            aof.stop()
     console.print(f"redis-server {version}, Python {sys.version.split()[0]}, "
                   f"redis-py {redis.__version__}, {os.cpu_count()} cores, load average at end "
                   f"{load_average()}; code under test: {code_under_test()}")  # fmt: skip

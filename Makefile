@@ -21,8 +21,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check chongming_redis tests bench stress
-	$(BIN)/ruff format --check chongming_redis tests bench stress
+	$(BIN)/ruff check chongming_redis tests bench
+	$(BIN)/ruff format --check chongming_redis tests bench
 	$(BIN)/mypy
 
 clean:

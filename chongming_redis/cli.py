@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chongming_redis.env import AUDIT_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskStatus
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
@@ -71,11 +72,6 @@ def _params_line(text: str) -> str:
             errors.append(f"{location}: {message}" if location else message)
             location = ""
     return f"{head}: {'; '.join(errors)}" if errors else head
-
-
-#: Hidden switch (for the stress harness): ``1`` opens the store with the command lease
-#: audit stream on (``RedisTaskStore(audit=True)``).
-AUDIT_ENV = "CHONGMING_AUDIT"
 
 
 def open_store(redis_url: str | None, namespace: str) -> Any:
@@ -380,12 +376,9 @@ def demo(
     add_help_option=False,
 )
 def stress(ctx: typer.Context) -> None:
-    """The stress run of the source tree (``python -m stress``; --help for its options)."""
-    sys.path.insert(0, os.getcwd())
-    try:  # not a dependency of the package: imported by name, from the source tree
-        stress_main = importlib.import_module("stress.__main__").main
-    except ImportError as exc:
-        fail(f"the stress harness ships with the source tree; run this from the repo ({exc})")
+    """Prove exactly-once on a Redis: a pool under faults, then the checkers (--help)."""
+    from chongming_redis.stress.__main__ import main as stress_main
+
     sys.exit(stress_main(list(ctx.args)))
 
 

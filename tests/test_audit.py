@@ -1,5 +1,6 @@
 """The command lease audit: ``RedisTaskStore(audit=True)`` writes ``{ns}:audit`` from the
-claim/complete/release scripts, and ``stress.checkers.audit_command_leases`` replays it."""
+claim/complete/release scripts, and ``chongming_redis.stress.checkers.audit_command_leases``
+replays it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 from chongming_redis.model import Command, CommandKind
 from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.redis import RedisTaskStore
-from stress import checkers
-from stress.checkers import AuditEntry
+from chongming_redis.stress import checkers
+from chongming_redis.stress.checkers import AuditEntry
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

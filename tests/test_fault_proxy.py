@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from tests.support.fault_proxy import FaultProxy, parse_request, reply_end
+from chongming_redis.stress.fault_proxy import FaultProxy, parse_request, reply_end
 from tests.support.redis_server import RedisProc
 
 pytestmark = pytest.mark.timeout(10)

@@ -26,7 +26,7 @@ from chongming_redis import (
     Transition,
 )
 from chongming_redis.stores.redis import RedisTaskStore
-from tests.support.fault_proxy import FaultProxy
+from chongming_redis.stress.fault_proxy import FaultProxy
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

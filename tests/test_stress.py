@@ -1,8 +1,11 @@
-"""The stress harness (``python -m stress``): a short clean run under every fault kind, the
-negative control (an unsafe worker must be caught), and the checkers on hand-made histories.
+"""The stress harness (``chongming-redis stress``, ``python -m chongming_redis.stress``): a
+short clean run under every fault kind, a run against a given ``--redis`` (the faults that need
+a private server are skipped and reported), the negative control (an unsafe worker must be
+caught), and the checkers on hand-made histories.
 
-The two runs are the bounded CI tier of RELIABILITY.md's "exactly-once claims" stress test;
-the long run is ``python -m stress --seconds 600`` (docs/reliability.md).
+The runs are the bounded CI tier of the "exactly-once claims" stress test; the long run is
+``chongming-redis stress --seconds 600`` (docs/reliability.md). The runs start from a temporary
+directory: the harness ships in the package and needs nothing from the checkout.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from pathlib import Path
 import pytest
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
-from stress import checkers
-from stress.app import UNSAFE_ENV
-from stress.faults import KINDS, schedule
+from chongming_redis.stress import checkers
+from chongming_redis.stress.app import UNSAFE_ENV
+from chongming_redis.stress.faults import KINDS, schedule
+from chongming_redis.stress.harness import upstream_of
 from tests.conftest import require_redis_server
+from tests.support.redis_server import RedisProc
 
-REPO = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 P, R, S, L = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.SUCCEEDED, TaskStatus.LOST
 
@@ -35,8 +39,8 @@ def _run_stress(tmp_path: Path, *args: str, unsafe: str | None = None) -> tuple[
         env[UNSAFE_ENV] = unsafe
     out = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "stress", *args, "--json", str(out)],
-        cwd=REPO,
+        [sys.executable, "-m", "chongming_redis.stress", *args, "--json", str(out)],
+        cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
@@ -79,6 +83,60 @@ def test_short_clean_run_fires_every_fault_and_finds_no_violation(
     ):
         assert key in report
     assert rc == 0
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_given_redis_skips_the_private_server_faults_and_says_so(
+    tmp_path: Path, redis_proc: RedisProc, namespace: str
+) -> None:
+    rc, report = _run_stress(
+        tmp_path,
+        f"--redis={redis_proc.url}",
+        f"--namespace={namespace}",
+        "--workers=2",
+        "--tasks=40",
+        "--seconds=8",
+        "--seed=3",
+    )
+    assert report["violations"] == 0, report["violation_examples"]
+    assert report["faults_missing"] == {}, report["fault_log"]
+    assert set(report["faults_skipped"]) == {"redis_restart", "final_restart"}
+    assert all("--redis" in why for why in report["faults_skipped"].values())
+    assert "redis_restart" not in report["faults_scheduled"]
+    assert set(report["faults_fired"]) == set(KINDS) - {"redis_restart"}
+    assert not report["final_restart"]
+    assert report["namespace"] == namespace
+    assert rc == 0
+    # the run deleted its namespace (and the app's lists) from the given Redis
+    client = redis_proc.client()
+    assert list(client.scan_iter(match="\\{" + namespace + "\\}:*")) == []
+    assert list(client.scan_iter(match=f"stress:{namespace}:*")) == []
+
+
+@pytest.mark.redis
+def test_a_namespace_that_holds_data_is_refused(
+    tmp_path: Path, redis_proc: RedisProc, namespace: str
+) -> None:
+    key = "{" + namespace + "}:meta"
+    redis_proc.client().hset(key, "num_buckets", "16")
+    proc = subprocess.run(
+        [sys.executable, "-m", "chongming_redis.stress", f"--redis={redis_proc.url}",
+         f"--namespace={namespace}", "--seconds=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"namespace {namespace!r} already holds data" in proc.stderr
+    assert redis_proc.client().hget(key, "num_buckets") == b"16"  # untouched
+
+
+def test_the_workers_url_keeps_credentials_and_database_and_points_at_the_proxy() -> None:
+    up = upstream_of("redis://user:secret@redis.example:6380/3")
+    assert (up.host, up.port) == ("redis.example", 6380)
+    assert up.through(4242) == "redis://user:secret@127.0.0.1:4242/3"
+    assert upstream_of("redis://localhost").port == 6379
+    for url in ("rediss://redis.example:6380/0", "unix:///tmp/redis.sock"):
+        assert upstream_of(url).host is None and upstream_of(url).why_not_proxied
 
 
 @pytest.mark.slow

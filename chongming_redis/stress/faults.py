@@ -10,6 +10,7 @@ Kinds (every one is scheduled at least once; the run fails if a scheduled fault 
                         connection (the ambiguity fault: the script ran, the client cannot know)
 ``reset_connections``   the proxy resets every open worker connection
 ``redis_restart``       kill -9 of redis-server (appendfsync always), restart on the same port
+                        (only of a server the run started itself: never of a ``--redis``)
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chongming_redis.embedded import EmbeddedRedis
+    from chongming_redis.stress.fault_proxy import FaultProxy
+    from chongming_redis.worker_processes import WorkerProcesses
 
 KINDS = (
     "worker_kill",
@@ -32,6 +38,8 @@ KINDS = (
     "reset_connections",
     "redis_restart",
 )
+#: The faults the proxy applies (skipped when the workers cannot be proxied).
+PROXY_KINDS = ("proxy_latency", "drop_reply", "reset_connections")
 
 
 @dataclass(frozen=True)
@@ -60,9 +68,9 @@ class Nemesis:
     """Executes a schedule, one fault at a time, in its own thread."""
 
     plan: list[Fault]
-    workers: Any  # harness.Workers
-    proxy: Any  # FaultProxy
-    redis: Any | None  # RedisProc, or None when the run uses --redis
+    workers: WorkerProcesses
+    proxy: FaultProxy | None  # None when the workers cannot be proxied
+    redis: EmbeddedRedis | None  # None when the run uses --redis
     holders: Callable[[], dict[int, list[str]]]  # pid -> task ids it holds RUNNING
     task_lease: float
     log: Callable[[dict[str, Any]], None]
@@ -142,6 +150,7 @@ class Nemesis:
         return False, "no worker held a running task within 20 s" + error
 
     def _proxy_latency(self, arg: int) -> tuple[bool, str]:
+        assert self.proxy is not None  # not scheduled without one
         before = self.proxy.fired.get("latency", 0)
         seconds = 0.02 + (arg % 8) / 100
         self.proxy.set_latency(seconds)
@@ -151,6 +160,7 @@ class Nemesis:
         return delayed > 0, f"{seconds * 1000:.0f} ms on {delayed} chunks"
 
     def _drop_reply(self, arg: int) -> tuple[bool, str]:
+        assert self.proxy is not None
         nth = 1 + arg % 20
         toxic = self.proxy.drop_reply_of("EVALSHA", nth=nth)
         ok = toxic.wait_fired(timeout=15)
@@ -159,6 +169,7 @@ class Nemesis:
         return ok, f"reply of EVALSHA #{nth} dropped" if ok else "no EVALSHA within 15 s"
 
     def _reset_connections(self, arg: int) -> tuple[bool, str]:
+        assert self.proxy is not None
         # Right after a Redis restart or a reset no worker may be connected yet: wait (bounded)
         # for connections to reset rather than record a fault that did nothing.
         deadline = time.monotonic() + 5.0

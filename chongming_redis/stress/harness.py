@@ -1,5 +1,11 @@
 """The stress run: a real pool of worker processes behind a fault proxy, a private redis-server
-with ``appendfsync always``, a seeded nemesis, then the checkers over Redis's own records.
+with ``appendfsync always`` (or the user's ``--redis``), a seeded nemesis, then the checkers over
+Redis's own records.
+
+With ``--redis`` the faults that need a server the run started itself (``redis_restart``, the
+final kill -9 and restart) are skipped, and so are the proxy's faults when the workers cannot
+reach that Redis through a plain TCP proxy (``rediss://`` and ``unix://`` URLs); the report's
+``faults_skipped`` says which and why.
 
 Layout of one run (``--keep`` leaves it on disk):
 
@@ -16,9 +22,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -26,18 +29,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from chongming_redis.cli import AUDIT_ENV
+import chongming_redis
+from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.env import AUDIT_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
-from stress import app as stress_app
-from stress import checkers
-from stress.faults import KINDS, Nemesis, schedule
+from chongming_redis.stress import app as stress_app
+from chongming_redis.stress import checkers
+from chongming_redis.stress.fault_proxy import FaultProxy
+from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
+from chongming_redis.worker_processes import WorkerProcesses
 
-REPO = Path(__file__).resolve().parent.parent
+APP = "chongming_redis.stress.app:app"
 VIOLATION_KINDS = (
     "duplicate_starts",
     "duplicate_completions",
@@ -69,95 +77,54 @@ class Options:
     workdir: str | None = None
 
 
-class Workers:
-    """The worker processes, tracked by pid (never killed by name)."""
+class StressError(RuntimeError):
+    """The run cannot start (e.g. the namespace given already holds data)."""
 
-    def __init__(self, opts: Options, url: str, namespace: str, logdir: Path) -> None:
-        self.opts, self.url, self.namespace, self.logdir = opts, url, namespace, logdir
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.spawned = 0
-        self.unexpected_exits = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._keeper: threading.Thread | None = None
 
-    def spawn(self) -> int:
-        o = self.opts
-        env = dict(os.environ)
-        env.update(
-            {
-                stress_app.URL_ENV: self.url,
-                stress_app.NS_ENV: self.namespace,
-                AUDIT_ENV: "1",  # workers write the command lease audit
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
-            }
-        )
-        if o.unsafe:
-            env[stress_app.UNSAFE_ENV] = o.unsafe
-        command = [
-            sys.executable,
-            "-m",
-            "chongming_redis.cli",
-            "worker",
-            "stress.app:app",
-            f"--redis={self.url}",
-            f"--namespace={self.namespace}",
-            f"--concurrency={o.concurrency}",
-            f"--num-buckets={o.num_buckets}",
-            f"--task-lease={o.task_lease}",
-            f"--worker-lease={o.worker_lease}",
-            "--grace=2",
-        ]
-        with self._lock:
-            self.spawned += 1
-            log = open(self.logdir / f"worker-{self.spawned}.log", "ab")  # noqa: SIM115
-            proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=log)
-            log.close()
-            self.procs[proc.pid] = proc
-            return proc.pid
+@dataclass(frozen=True)
+class Upstream:
+    """Where Redis is, as the driver and the workers see it."""
 
-    def live_pids(self) -> list[int]:
-        with self._lock:
-            return sorted(p for p, proc in self.procs.items() if proc.poll() is None)
+    url: str  # the driver's connection (direct)
+    host: str | None  # for the fault proxy; None when the workers cannot be proxied
+    port: int
+    why_not_proxied: str = ""
 
-    def reap(self, pid: int) -> None:
-        with self._lock:
-            proc = self.procs.pop(pid, None)
-        if proc is not None:
-            proc.wait(10)
+    def through(self, proxy_port: int) -> str:
+        """The URL the workers use: the user's, with the proxy as host and port."""
+        parts = urlsplit(self.url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = f"{userinfo}@" if userinfo else ""
+        return urlunsplit(("redis", f"{netloc}127.0.0.1:{proxy_port}", parts.path, parts.query, ""))
 
-    def keep_alive(self) -> None:
-        """Replace workers that exited on their own (e.g. Redis was down at their start)."""
 
-        def loop() -> None:
-            while not self._stop.wait(0.5):
-                with self._lock:
-                    dead = [p for p, proc in self.procs.items() if proc.poll() is not None]
-                for pid in dead:
-                    self.reap(pid)
-                    self.unexpected_exits += 1
-                    self.spawn()
+def upstream_of(url: str) -> Upstream:
+    parts = urlsplit(url)
+    if parts.scheme == "redis":
+        return Upstream(url, parts.hostname or "127.0.0.1", parts.port or 6379)
+    reason = {
+        "rediss": "the workers reach Redis over TLS, which the fault proxy cannot read",
+        "unix": "the workers reach Redis on a unix socket; the fault proxy speaks TCP",
+    }.get(parts.scheme, f"the fault proxy cannot sit in front of a {parts.scheme}:// URL")
+    return Upstream(url, None, 0, reason)
 
-        self._keeper = threading.Thread(target=loop, name="keeper", daemon=True)
-        self._keeper.start()
 
-    def stop_all(self) -> None:
-        self._stop.set()
-        if self._keeper is not None:
-            self._keeper.join(5)
-        with self._lock:
-            procs = list(self.procs.values())
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> WorkerProcesses:
+    env = dict(os.environ)
+    env.update({stress_app.URL_ENV: url, stress_app.NS_ENV: namespace, AUDIT_ENV: "1"})
+    if opts.unsafe:
+        env[stress_app.UNSAFE_ENV] = opts.unsafe
+    source = Path(chongming_redis.__file__).resolve().parent.parent
+    if (source / "pyproject.toml").exists():  # a source checkout: the workers import it too
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
+    options = [
+        f"--concurrency={opts.concurrency}",
+        f"--num-buckets={opts.num_buckets}",
+        f"--task-lease={opts.task_lease}",
+        f"--worker-lease={opts.worker_lease}",
+        "--grace=2",
+    ]
+    return WorkerProcesses(APP, url, namespace, options, logdir=logdir, env=env, cwd=logdir)
 
 
 @dataclass
@@ -183,30 +150,40 @@ def _open_store(url: str, namespace: str) -> RedisTaskStore:
 
 def run(opts: Options) -> dict[str, Any]:
     """One stress run; returns the report (see ``report_keys`` in the docs)."""
-    from tests.support.fault_proxy import FaultProxy
-    from tests.support.redis_server import RedisProc
-
     started = time.monotonic()
     rng = random.Random(opts.seed)
     namespace = opts.namespace or f"stress-{opts.seed}-{secrets.token_hex(3)}"
+    if opts.redis:
+        _require_empty(opts.redis, namespace)
     workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="chongming-stress-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log = ClientLog(workdir / "driver.jsonl")
-    redis_proc = None if opts.redis else RedisProc()
-    if redis_proc is not None:
-        direct_url, port = redis_proc.url, redis_proc.port
+    redis_proc: EmbeddedRedis | None = None
+    if opts.redis:
+        upstream = upstream_of(opts.redis)
     else:
-        assert opts.redis is not None
-        direct_url = opts.redis
-        port = int(opts.redis.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
-    kinds = KINDS if redis_proc is not None else tuple(k for k in KINDS if k != "redis_restart")
+        redis_proc = EmbeddedRedis(port=0, prefix="chongming-stress-redis-").start()
+        upstream = upstream_of(redis_proc.url)
+    skipped: dict[str, str] = {}
+    if redis_proc is None:
+        skipped["redis_restart"] = "--redis given: the run never kills a server it did not start"
+        skipped["final_restart"] = (
+            "--redis given: acknowledged writes are read back without a kill -9 and restart"
+        )
+    if upstream.host is None:
+        skipped.update({k: upstream.why_not_proxied for k in PROXY_KINDS})
+    kinds = tuple(k for k in KINDS if k not in skipped)
     plan = schedule(opts.seed, opts.seconds, kinds)
-    proxy = FaultProxy("127.0.0.1", port)
+    proxy = None
+    if upstream.host is not None:
+        proxy = FaultProxy(upstream.host, upstream.port, allow_remote=redis_proc is None)
+    direct_url = upstream.url
     store = _open_store(direct_url, namespace)
     driver = Controller(
         store, app=stress_app.app, owner="stress-driver", buckets=BucketPolicy(opts.num_buckets)
     )
-    workers = Workers(opts, proxy.url, namespace, workdir)
+    worker_url = upstream.through(proxy.port) if proxy is not None else direct_url
+    workers = worker_processes(opts, worker_url, namespace, workdir)
     nodename = os.uname().nodename
 
     def holders() -> dict[int, list[str]]:
@@ -294,7 +271,8 @@ def run(opts: Options) -> dict[str, Any]:
     for t in threads:
         t.join(30)
     nemesis.join(60)
-    proxy.clear()
+    if proxy is not None:
+        proxy.clear()
 
     # Drain: resume whatever is paused, wait until every submitted task is terminal.
     drain_deadline = time.monotonic() + opts.drain_seconds
@@ -335,8 +313,9 @@ def run(opts: Options) -> dict[str, Any]:
         worker_unexpected_exits=workers.unexpected_exits,
         faults_scheduled=dict(nemesis.scheduled),
         faults_fired={k: nemesis.fired.get(k, 0) for k in nemesis.scheduled},
-        proxy_fired=proxy.fired,
+        proxy_fired=proxy.fired if proxy is not None else {},
         final_restart=final_restart,
+        faults_skipped=skipped,
         namespace=namespace,
         workdir=str(workdir),
         unsafe=opts.unsafe or os.environ.get(stress_app.UNSAFE_ENV),
@@ -350,14 +329,15 @@ def run(opts: Options) -> dict[str, Any]:
     report["fault_log"] = [r for r in log.records if r.get("op") == "fault"]
     report["violations"] = sum(report[k] for k in VIOLATION_KINDS)
     report["ok"] = report["violations"] == 0 and not missing
-    proxy.close()
+    if proxy is not None:
+        proxy.close()
     store.close()
     if redis_proc is not None:
         if opts.keep:
-            redis_proc.stop()
+            redis_proc.terminate()
             report["redis_dir"] = str(redis_proc.dir)
         else:
-            redis_proc.close()
+            redis_proc.stop()
     if not opts.keep:
         if opts.redis:
             _delete_namespace(direct_url, namespace)
@@ -442,22 +422,44 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _require_empty(url: str, namespace: str) -> None:
+    """The run writes into the namespace and deletes it afterwards: never one that holds data."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        for pattern in (_escaped("{" + namespace + "}:*"), f"stress:{namespace}:*"):
+            for _ in client.scan_iter(match=pattern, count=1000):
+                raise StressError(
+                    f"namespace {namespace!r} already holds data on {_safe(url)}; the stress run "
+                    "needs a namespace of its own (it deletes it at the end)"
+                )
+    finally:
+        client.close()
+
+
+def _escaped(pattern: str) -> str:
+    return pattern.replace("{", "\\{").replace("}", "\\}")
+
+
+def _safe(url: str) -> str:
+    """The URL without its password."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 def _delete_namespace(url: str, namespace: str) -> None:
     import redis
 
     client = redis.Redis.from_url(url)
-    for pattern in ("{" + namespace + "}:*", f"stress:{namespace}:*"):
-        for key in client.scan_iter(
-            match=pattern.replace("{", "\\{").replace("}", "\\}")
-            if pattern.startswith("{")
-            else pattern,
-            count=500,
-        ):
+    for pattern in (_escaped("{" + namespace + "}:*"), f"stress:{namespace}:*"):
+        for key in client.scan_iter(match=pattern, count=500):
             client.delete(key)
     client.close()
 
 
-def render(report: dict[str, Any]) -> None:
+def render(report: dict[str, Any], *, stderr: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -495,7 +497,9 @@ def render(report: dict[str, Any]) -> None:
         fired = report["faults_fired"].get(kind, 0)
         style = "" if fired >= n else "[red]"
         table.add_row(f"fault: {kind}", f"{style}{fired}/{n} fired")
-    console = Console()
+    for kind, why in sorted(report.get("faults_skipped", {}).items()):
+        table.add_row(f"skipped: {kind}", why)
+    console = Console(stderr=stderr)
     console.print(table)
     for v in report["violation_examples"]:
         console.print(f"[red]{v['kind']}[/] {v['task_id']}: {v['detail']}", highlight=False)

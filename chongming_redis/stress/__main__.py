@@ -1,6 +1,8 @@
-"""``python -m stress``: a stress run against a real pool (see ``stress.harness``).
+"""``chongming-redis stress`` (or ``python -m chongming_redis.stress``): a stress run against
+a real pool of worker processes (see ``chongming_redis.stress.harness``).
 
-Exit status 0 only when every checker found nothing and every scheduled fault fired.
+Exit status 0 only when every checker found nothing and every scheduled fault fired; 1 when
+not; 2 when the run could not start (e.g. the namespace given already holds data).
 """
 
 from __future__ import annotations
@@ -9,17 +11,28 @@ import argparse
 import json
 import sys
 
-from stress.harness import Options, render, run
+from redis import RedisError
+
+from chongming_redis.embedded import EmbeddedRedisError
+from chongming_redis.stress.harness import Options, StressError, render, run
 
 
 def parse(argv: list[str] | None = None) -> tuple[Options, str | None]:
-    p = argparse.ArgumentParser(prog="python -m stress", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="chongming-redis stress",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
         "--redis",
-        help="use this Redis (default: start a private redis-server with "
-        "appendfsync always; redis_restart faults need the private one)",
+        help="use this Redis (default: start a private redis-server with appendfsync always); "
+        "the faults that need the private server are skipped and the report says so",
     )
-    p.add_argument("--namespace", help="default: stress-<seed>-<random>")
+    p.add_argument(
+        "--namespace",
+        help="an empty namespace for the run, deleted at the end unless --keep "
+        "(default: stress-<seed>-<random>)",
+    )
     p.add_argument("--workers", type=int, default=3, help="worker processes (K)")
     p.add_argument("--tasks", type=int, default=150, help="tasks to submit (N)")
     p.add_argument("--commands", type=int, default=None, help="stop/pause/resume (M)")
@@ -30,7 +43,15 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None]:
     p.add_argument("--drain-seconds", type=float, default=45.0)
     p.add_argument("--keep", action="store_true", help="leave the data, logs and AOF")
     p.add_argument("--workdir", help="where logs go (default: a temporary directory)")
-    p.add_argument("--json", dest="json_file", metavar="FILE", help="write the report here")
+    p.add_argument(
+        "--json",
+        dest="json_file",
+        metavar="FILE",
+        nargs="?",
+        const="-",
+        help="write the report as JSON to FILE, or to stdout without FILE "
+        "(the table then goes to stderr)",
+    )
     a = p.parse_args(argv)
     opts = Options(
         redis=a.redis,
@@ -52,9 +73,16 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     opts, json_file = parse(argv)
-    report = run(opts)
-    render(report)
-    if json_file:
+    try:
+        report = run(opts)
+    except (StressError, EmbeddedRedisError, RedisError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    render(report, stderr=json_file == "-")
+    if json_file == "-":
+        json.dump(report, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    elif json_file:
         with open(json_file, "w") as f:
             json.dump(report, f, indent=2, sort_keys=True)
             f.write("\n")

@@ -1,8 +1,10 @@
-"""A loopback TCP proxy in front of a test redis-server that injects network faults on schedule.
+"""A loopback TCP proxy in front of a redis-server that injects network faults on schedule.
 
-RELIABILITY.md, fault plan §0 item 2 (Toxiproxy's toxics as the reference) and F7-F9. The proxy
-runs an asyncio event loop in its own daemon thread and listens on ``127.0.0.1:<free port>``;
-every accepted client connection gets its own upstream connection to Redis (loopback only).
+Used by the stress harness (between its worker processes and Redis) and by the tests
+(Toxiproxy's toxics as the reference). The proxy runs an asyncio event loop in its own daemon
+thread and listens on ``127.0.0.1:<free port>``; every accepted client connection gets its own
+upstream connection to Redis (loopback only, unless ``allow_remote``: the stress harness run
+against a user's ``--redis``).
 
 It parses both directions of RESP so it knows which reply belongs to which request:
 
@@ -44,10 +46,13 @@ import struct
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any, TypeVar
 
 LOOPBACK = "127.0.0.1"
+T = TypeVar("T")
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 _READ_SIZE = 65536
 _QUEUE_CHUNKS = 256
@@ -219,7 +224,8 @@ class _Conn:
             return
         try:
             self.ureader, self.uwriter = await asyncio.wait_for(
-                asyncio.open_connection(LOOPBACK, proxy.upstream_port), proxy.connect_timeout
+                asyncio.open_connection(proxy.upstream_host, proxy.upstream_port),
+                proxy.connect_timeout,
             )
         except (OSError, asyncio.TimeoutError):
             with proxy._lock:
@@ -397,9 +403,13 @@ class FaultProxy:
         upstream_port: int = 6379,
         *,
         connect_timeout: float = 5.0,
+        allow_remote: bool = False,
     ) -> None:
-        if upstream_host not in _LOOPBACK_NAMES:
+        if upstream_host in _LOOPBACK_NAMES:
+            upstream_host = LOOPBACK
+        elif not allow_remote:
             raise ValueError(f"FaultProxy only proxies to loopback, not {upstream_host!r}")
+        self.upstream_host = upstream_host
         self.upstream_port = int(upstream_port)
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
@@ -471,8 +481,8 @@ class FaultProxy:
                 self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
 
-    def _call(self, coro: object, timeout: float) -> object:
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout)
         except BaseException:
@@ -554,7 +564,7 @@ class FaultProxy:
 
     @property
     def open_connections(self) -> int:
-        return self._call(self._count_conns(), timeout=5.0)  # type: ignore[return-value]
+        return self._call(self._count_conns(), timeout=5.0)
 
     async def _count_conns(self) -> int:
         return len(self._conns)
@@ -592,7 +602,7 @@ class FaultProxy:
     def reset_all(self) -> int:
         """RST every open client connection (and its upstream) now; returns how many.
         Counts one ``reset_all`` firing per call."""
-        count: int = self._call(self._reset_all(), timeout=5.0)  # type: ignore[assignment]
+        count = self._call(self._reset_all(), timeout=5.0)
         self._fire(RESET_ALL)
         return count
 

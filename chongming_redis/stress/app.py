@@ -1,4 +1,4 @@
-"""The task type the stress workers run: ``stress.app:app``.
+"""The task type the stress workers run: ``chongming_redis.stress.app:app``.
 
 ``step`` does ``steps`` checkpoints ``ms`` milliseconds apart and records two side effects in
 lists outside the namespace's keys, so every execution is visible independently of the task

@@ -1,0 +1,8 @@
+"""Names of the environment variables the package reads, kept low so that any module can name
+them without importing the command line."""
+
+from __future__ import annotations
+
+#: Hidden switch (for the stress harness): ``1`` makes ``chongming-redis`` open the store with
+#: the command lease audit stream on (``RedisTaskStore(audit=True)``).
+AUDIT_ENV = "CHONGMING_AUDIT"

@@ -641,7 +641,7 @@ def test_a_conflict_seen_by_the_supervisor_stops_the_task_and_is_never_retried(
     store.append(Transition(task_id, 3, R, STOPPED, now, "intruder"))
 
     wait_until(lambda: "lost" in seen, what="checkpoint() to raise TaskLost")
-    wait_until(lambda: task_id not in worker._held, what="the worker to drop the task")
+    wait_until(lambda: task_id not in worker.held, what="the worker to drop the task")
     after = store.get(task_id)
     assert (after.status, after.status_version, after.result) == (STOPPED, 3, None)
     assert moves(store.history(task_id)) == chain(P, R, STOPPED)
@@ -670,7 +670,7 @@ def test_a_conflict_on_the_final_save_discards_the_result_and_is_never_retried(
                expect_version=2)  # fmt: skip
     gate.set()
 
-    wait_until(lambda: task_id not in worker._held, what="the worker to drop the task")
+    wait_until(lambda: task_id not in worker.held, what="the worker to drop the task")
     saves = recording.calls_of("save", task_id)
     assert [type(c.outcome).__name__ for c in saves] == ["NoneType", "ConcurrencyConflict"]
     assert_stays(lambda: len(recording.calls_of("save", task_id)) == 2, 0.3, "a retried save")
@@ -818,7 +818,7 @@ def test_a_holder_cut_off_past_its_lease_is_taken_over_and_lands_no_write(
 
     mark = len(a_store.calls)
     a_store.down = False
-    wait_until(lambda: task_id not in a._held, what="A to give the task up")
+    wait_until(lambda: task_id not in a.held, what="A to give the task up")
     writes = ("create", "save", "append", "touch", "touch_fenced")
     late = [c for c in a_store.calls[mark:] if c.landed and c.method in writes]
     assert late == [], f"A landed writes after losing the task: {late}"
@@ -969,3 +969,60 @@ def test_a_worker_is_still_nudged_after_another_worker_on_the_store_shuts_down(
     wait_subscribed(store, 1)
     task_id = make(app=app).submit("quick")
     assert wait_status(store, task_id, OK, timeout=10).result == "done"
+
+
+# -- a pause survives its holder (a black-box run found a graceful restart ran it) ---------------
+
+
+def test_a_paused_task_handed_back_at_shutdown_stays_paused_until_resumed(
+    store: Any, make: Any, gate: threading.Event
+) -> None:
+    first = make(owner="first")
+    counter = [0]
+    first.task("tick")(ticker(counter, gate))
+    first.start()
+    task_id = first.submit("tick")
+    wait_until(lambda: counter[0] > 3, what="the task to tick")
+    assert first.pause(task_id) == "paused"
+    first.shutdown(grace=0.2)  # requeue: the default hand-back
+
+    handed = store.get(task_id)
+    assert handed.status is PA and handed.attempt == 2
+    second = make(owner="second")
+    second.task("tick")(ticker([0], gate))
+    second.start()
+    assert_stays(lambda: store.get(task_id).status is PA, 1.0, "a paused task must wait")
+    assert second.reconcile().lost == []
+    assert second.resume(task_id).startswith("sent:")  # nobody holds it: a command
+    running = wait_status(store, task_id, R)
+    assert running.attempt == 2 and running.lease_owner == "second"
+    reasons = [t.reason or "" for t in store.history(task_id)]
+    assert any("handed back paused" in r for r in reasons), reasons
+
+
+def test_a_paused_task_whose_holder_died_is_kept_paused_as_a_new_attempt(
+    store: Any, make: Any, gate: threading.Event
+) -> None:
+    holder = make(owner="holder", task_lease=1.0)
+    holder.task("tick")(ticker([0], gate))
+    holder.start()
+    task_id = holder.submit("tick")
+    wait_status(store, task_id, R)
+    assert holder.pause(task_id) == "paused"
+    # The holder dies: its threads stop renewing, nothing is handed back.
+    holder._running.clear()
+    holder.runner.close()
+
+    other = make(owner="other", retry=RetryPolicy(max_attempts=3))
+    other.task("tick")(ticker([0], gate))
+    report = wait_until(lambda: other.reconcile().lost, what="the paused task to be found LOST")
+    assert report == [task_id]
+    kept = store.get(task_id)
+    assert kept.status is PA and kept.attempt == 2
+    other.start()
+    assert_stays(lambda: store.get(task_id).status is PA, 1.0, "it waits for a resume")
+    other.resume(task_id)
+    running = wait_status(store, task_id, R)
+    assert running.attempt == 2 and running.lease_owner == "other"
+    statuses = [t.to_status for t in store.history(task_id)]
+    assert statuses[-4:] == [TaskStatus.LOST, PA, P, R], statuses

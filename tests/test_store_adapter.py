@@ -93,7 +93,7 @@ def test_the_adapter_resolves_each_extension_of_each_store(
         assert (adapter.nudge is store) is ("NudgeStore" in names)
         assert (adapter.server_time() is None) is ("ServerClockStore" not in names)
         controller = Controller(store)
-        assert controller.writer.extensions == names
+        assert controller.adapter.extensions == names
         if "BucketPoolStore" not in names:
             with pytest.raises(TypeError, match="BucketPoolStore"):
                 controller.join_pool()
@@ -194,7 +194,7 @@ def gapless(store: Any, task_id: str) -> list[tuple[int, TaskStatus | None, Task
 def test_a_store_without_extensions_runs_submits_and_finishes_tasks(minimal: Any) -> None:
     store, make = minimal
     worker = make(retry=RetryPolicy(max_attempts=2, base_delay=0.05, retry_failures=True))
-    assert not worker.writer.batching and worker.writer.extensions == frozenset()
+    assert not worker.adapter.batching and worker.adapter.extensions == frozenset()
 
     @worker.task()
     def double(ctx: TaskContext, params: Any) -> int:
@@ -207,7 +207,7 @@ def test_a_store_without_extensions_runs_submits_and_finishes_tasks(minimal: Any
         return "second try"
 
     worker.start()
-    assert not worker._group_commit
+    assert not worker.runner.group_commit
     one = worker.submit("double", {"n": 1}, key="k1")
     many = worker.submit_many("double", [{"n": n} for n in range(2, 7)])
     retried = worker.submit("flaky")

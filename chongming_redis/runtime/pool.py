@@ -18,15 +18,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from chongming_redis.errors import StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
-    from chongming_redis.runtime.controller import Controller
     from chongming_redis.stores.extensions import BucketPoolStore
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
 
 log = logging.getLogger("chongming_redis.pool")
 
@@ -80,11 +85,25 @@ def _weight(worker: str, bucket: int) -> bytes:
 
 
 class BucketPool:
+    """One worker's membership of the pool. It knows the store's pool calls, the worker's
+    name, the deployment's bucket count and the clock, and tells the controller which buckets
+    are its through ``on_change`` — nothing else of the controller."""
+
     def __init__(
-        self, controller: Controller, store: BucketPoolStore, *, worker_lease: float = 5.0
+        self,
+        store: BucketPoolStore,
+        *,
+        owner: str,
+        num_buckets: int,
+        clock: Clock,
+        on_change: Callable[[frozenset[int]], None],
+        worker_lease: float = 5.0,
     ) -> None:
-        self.controller = controller
         self.store = store
+        self.owner = owner
+        self.num_buckets = num_buckets
+        self.clock = clock
+        self.on_change = on_change
         self.worker_lease = worker_lease
         self.held: frozenset[int] = frozenset()
         self.live: list[str] = []
@@ -92,15 +111,11 @@ class BucketPool:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @property
-    def owner(self) -> str:
-        return self.controller.owner
-
     def tick(self, *, leaving: bool = False) -> frozenset[int]:
         """Heartbeat, then renew / take / release bucket leases. Raises ``StoreError`` (not
         ``StoreUnavailable``) when the namespace runs with another ``num_buckets``."""
-        num_buckets = self.controller.buckets.num_buckets
-        now = self.controller.clock.now()
+        num_buckets = self.num_buckets
+        now = self.clock.now()
         wanted: list[int] = []
         if not leaving:
             # The current state, read fresh: a worker whose heartbeat expired is out now, not
@@ -121,7 +136,7 @@ class BucketPool:
             log.info("%s: buckets +%s -%s (now %d, %d live workers)",
                      self.owner, gained, lost, len(new), len(live))  # fmt: skip
             self.held = new
-            self.controller.serve(new)
+            self.on_change(new)
         return new
 
     def start(self) -> None:

@@ -1,0 +1,88 @@
+"""``CommandHandler``: control commands. Claims a batch, applies the ones for tasks this
+process holds (stop, pause, resume), moves tasks nobody holds itself (a ``PENDING`` task, or one
+paused before it started), and releases at once the commands for tasks another process holds,
+so their holder can claim them."""
+
+from __future__ import annotations
+
+from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
+from chongming_redis.runtime.held import Held, advance, holder
+from chongming_redis.runtime.writer import TaskWriter
+
+
+class CommandHandler:
+    def __init__(self, writer: TaskWriter) -> None:
+        self.writer = writer
+        self.store = writer.store
+
+    def handle_commands(self) -> int:
+        """Claim and handle one batch of commands; returns how many were claimed."""
+        now = self.writer.clock.now()
+        claimed = self.store.claim_commands(
+            now=now, lease_seconds=self.writer.config.command_lease, limit=50
+        )
+        for command in claimed:
+            self._handle(command)
+        return len(claimed)
+
+    def _handle(self, command: Command) -> None:
+        held = self.writer.held.get(command.task_id)
+        if held is not None and not held.done:
+            outcome = self.apply(held, command.kind, command.command_id)
+            if outcome != "stopping":
+                self.writer.complete(command.command_id, self.writer.clock.now(), outcome)
+            return
+        snapshot = self.store.get(command.task_id)
+        now = self.writer.clock.now()
+        if snapshot is None:
+            self.writer.complete(command.command_id, now, "no-such-task")
+        elif snapshot.status.is_terminal:
+            self.writer.complete(command.command_id, now, "already-terminal")
+        elif holder(snapshot) is None:
+            self.writer.complete(command.command_id, now, self.control_unheld(snapshot, command))
+        else:  # held by another process: hand it back at once so the holder can claim it
+            self.store.release_command(command.command_id, now=now)
+
+    def control_unheld(self, snapshot: TaskSnapshot, command: Command) -> str:
+        """Stop, pause or resume a task nobody runs (``PENDING``, or paused before it started
+        or handed back paused)."""
+        target = {
+            CommandKind.STOP: TaskStatus.STOPPED,
+            CommandKind.PAUSE: TaskStatus.PAUSED,
+            CommandKind.RESUME: TaskStatus.PENDING,
+        }[command.kind]
+        if (
+            target is snapshot.status
+            or (command.kind is CommandKind.PAUSE and snapshot.status is not TaskStatus.PENDING)
+            or (command.kind is CommandKind.RESUME and snapshot.status is not TaskStatus.PAUSED)
+        ):
+            return "no-change"
+        now = self.writer.clock.now()
+        reason = f"{command.kind.value} by {command.issued_by or '?'}"
+        if not self.writer.move(snapshot, advance(snapshot, target, now), reason):
+            return "conflict-retry"
+        return target.value
+
+    def apply(self, held: Held, kind: CommandKind, command_id: str | None) -> str:
+        """Act on a task this process holds; returns the outcome (``"stopping"``: the stop
+        command is completed when the task has really ended)."""
+        ctx, status = held.ctx, held.snapshot.status
+        if kind is CommandKind.STOP:
+            if command_id is not None:
+                held.stop_commands.append(command_id)
+            ctx.request_stop()
+            ctx.set_paused(False)
+            return "stopping"
+        if kind is CommandKind.PAUSE:
+            if status is TaskStatus.PAUSED:
+                return "already-paused"
+            self.writer.transition(held, TaskStatus.PAUSED, "pause requested")
+            ctx.set_paused(True)
+            self.writer.flush(held)
+            return "paused"
+        if status is not TaskStatus.PAUSED:
+            return "not-paused"
+        self.writer.transition(held, TaskStatus.RUNNING, "resume requested")
+        ctx.set_paused(False)
+        self.writer.flush(held)
+        return "resumed"

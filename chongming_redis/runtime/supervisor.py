@@ -1,0 +1,40 @@
+"""``supervise``: the supervisor thread. Every tick it renews the leases of held tasks (every
+third of the lease), writes coalesced progress and heartbeats, and flushes transitions buffered
+while the store was away. It never runs task code, so a busy task cannot starve it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from chongming_redis.runtime.held import Held
+from chongming_redis.runtime.writer import TaskWriter
+
+log = logging.getLogger("chongming_redis.runtime")
+
+
+def supervise(writer: TaskWriter, running: threading.Event) -> None:
+    config = writer.config
+    tick = min(config.progress_interval, config.task_lease / 4)
+    while running.is_set():
+        time.sleep(tick)
+        for held in writer.held.all():
+            try:
+                supervise_one(writer, held)
+            except Exception as exc:  # keep supervising the others
+                log.warning("%s: supervising %s: %s", writer.owner, held.task_id, exc)
+
+
+def supervise_one(writer: TaskWriter, held: Held) -> None:
+    if held.queued:
+        return  # the committer writes it
+    if held.pending and writer.flush(held) and held.done:
+        writer.held.forget(held)
+        return
+    if held.done:
+        return
+    if time.monotonic() - held.lease_renewed_at >= writer.config.task_lease / 3:
+        writer.renew_lease(held)
+    elif held.ctx.progress_dirty or held.ctx.beats != held.heartbeat_written:
+        writer.touch(held, lease=False)

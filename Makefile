@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check chongming_redis tests bench
 	$(BIN)/ruff format --check chongming_redis tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

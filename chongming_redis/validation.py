@@ -1,7 +1,7 @@
 """Argument checks shared by the model and every store, so every store refuses the same input
 with the same message, before any I/O.
 
-Rules (SPEC §3, RELIABILITY B1/B6/B7):
+Rules (the store guide, §1 "Rules that apply to every method"):
 
 * an identifier (task id, command id, name, tag, key, pipeline id, owner) is a non-empty ``str``
   of at most 1,024 UTF-8 bytes that encodes to UTF-8 (no lone surrogates); inside that, every

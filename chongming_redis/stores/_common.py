@@ -1,5 +1,5 @@
 """Argument checks every store runs before touching its backend, so that all stores refuse
-the same input with the same exception and message (RELIABILITY B7, B11)."""
+the same input with the same exception and message (store guide §1)."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ NAIVE = datetime(2024, 3, 10, 12, 0)  # no timezone: never a storable instant
 MAX = 2**53 - 1  # the largest integer a store must hold exactly
 
 # Ids that are valid (non-empty, <= 1,024 UTF-8 bytes, encodable) but awkward for a backend that
-# builds keys, patterns or SQL from them (RELIABILITY B1-B3). Each must be its own task.
+# builds keys, glob patterns, LIKE clauses or escapes from them. Each must be its own task.
 AWKWARD_IDS: tuple[str, ...] = (
     ":",
     "a:b",

@@ -1,4 +1,5 @@
-"""The wheel carries the Lua scripts, and an installed wheel can load every one of them.
+"""The wheel carries the Lua scripts and the stress harness: an installed wheel can load every
+script, and runs ``chongming-redis stress --redis URL`` from any directory to a clean report.
 
 ``lua/`` sits at the top of the repository and ``pyproject.toml`` maps it to the package
 ``chongming_redis.lua``. An editable install reads the scripts from the checkout, so only a real
@@ -15,9 +16,12 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.redis_server import RedisProc
 
 REPO = Path(__file__).resolve().parent.parent
 LUA_PREFIX = "chongming_redis/lua/"
@@ -89,16 +93,41 @@ def build_wheel(work: Path) -> Path:
     return wheels[0]
 
 
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    elsewhere: Path  # an empty directory to run from, so the checkout is never imported
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """The wheel, built once and installed into a clean virtual environment."""
+    work = tmp_path_factory.mktemp("packaging")
+    wheel = build_wheel(work)
+    venv = work / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=work, timeout=120)
+    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
+    python = venv / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", "--no-input", wheel, cwd=work, timeout=180)
+    elsewhere = work / "elsewhere"
+    elsewhere.mkdir()
+    return Installed(wheel, venv, elsewhere)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_wheel_ships_every_lua_script_and_a_clean_install_loads_them(
-    tmp_path: Path,
+    installed: Installed,
 ) -> None:
     expected = repo_lua_files()
     assert expected, "no .lua files under lua/"
 
-    wheel = build_wheel(tmp_path)
-    with zipfile.ZipFile(wheel) as archive:
+    with zipfile.ZipFile(installed.wheel) as archive:
         shipped = {
             name[len(LUA_PREFIX) :]: archive.read(name)
             for name in archive.namelist()
@@ -109,18 +138,38 @@ def test_the_wheel_ships_every_lua_script_and_a_clean_install_loads_them(
     assert shipped == expected
     assert "chongming_redis/py.typed" in names
     assert "chongming_redis/testing/store_contract.py" in names
+    assert "chongming_redis/stress/__main__.py" in names
+    assert "chongming_redis/stress/fault_proxy.py" in names
+    assert not any(name.startswith(("stress/", "tests/")) for name in names)
 
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", venv, cwd=tmp_path, timeout=120)
-    python = venv / "bin" / "python"
-    assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
-    run(python, "-m", "pip", "install", "--quiet", "--no-input", wheel, cwd=tmp_path, timeout=180)
-
-    # Run from an empty directory so the checkout can never be imported by accident.
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    report = json.loads(run(python, "-c", _LOAD_EVERY_SCRIPT, cwd=elsewhere, timeout=60).stdout)
+    venv = installed.venv
+    report = json.loads(
+        run(installed.python, "-c", _LOAD_EVERY_SCRIPT, cwd=installed.elsewhere, timeout=60).stdout
+    )
     assert Path(report["package"]).is_relative_to(venv.resolve())
     assert not Path(report["package"]).is_relative_to(REPO)
     loaded = {name: text.encode("utf-8") for name, text in report["scripts"].items()}
     assert loaded == expected
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.timeout(400)
+def test_an_installed_wheel_runs_the_stress_harness_against_a_given_redis(
+    installed: Installed, redis_proc: RedisProc, namespace: str
+) -> None:
+    """``pip install`` then ``chongming-redis stress --redis URL`` from any directory: a clean
+    report, with the faults that need a private server skipped and named."""
+    done = run(
+        installed.venv / "bin" / "chongming-redis", "stress", f"--redis={redis_proc.url}",
+        f"--namespace={namespace}", "--seconds=10", "--json",
+        cwd=installed.elsewhere, timeout=150,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["violations"] == 0, report["violation_examples"]
+    assert report["faults_missing"] == {}, report["fault_log"]
+    assert set(report["faults_skipped"]) == {"redis_restart", "final_restart"}
+    assert report["faults_fired"] and all(n >= 1 for n in report["faults_fired"].values())
+    assert report["submitted"] > 0 and report["namespace"] == namespace
+    assert "skipped: redis_restart" in done.stderr  # the table, on stderr
+    assert list(redis_proc.client().scan_iter(match=f"stress:{namespace}:*")) == []

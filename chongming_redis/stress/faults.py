@@ -86,6 +86,10 @@ class Nemesis:
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self._thread.start()
 
+    def running(self) -> bool:
+        """Faults are still to come (or one is being applied)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)

@@ -202,24 +202,34 @@ def run(opts: Options) -> dict[str, Any]:
     n_commands = opts.commands if opts.commands is not None else max(5, opts.tasks // 8)
     stop_load = threading.Event()
 
+    def submit(task_id: str, params: dict[str, int]) -> None:
+        submitted.append(task_id)
+        try:
+            driver.submit("step", params, task_id=task_id)
+        except StoreError as exc:
+            log({"op": "submit", "id": task_id, "outcome": "info", "error": str(exc)})
+            return
+        except Exception as exc:  # e.g. TaskAlreadyExists after a retried create
+            log({"op": "submit", "id": task_id, "outcome": "fail", "error": repr(exc)})
+            return
+        acked_tasks.append(task_id)
+        log({"op": "submit", "id": task_id, "outcome": "ok"})
+
     def submit_loop() -> None:
         window = opts.seconds * 0.85
         for i in range(opts.tasks):
             target = started + window * i / max(1, opts.tasks)
             time.sleep(max(0.0, target - time.monotonic()))
-            task_id = f"t{i:05d}"
-            params = {"steps": rng.randint(3, 8), "ms": rng.randint(10, 60)}
-            submitted.append(task_id)
-            try:
-                driver.submit("step", params, task_id=task_id)
-            except StoreError as exc:
-                log({"op": "submit", "id": task_id, "outcome": "info", "error": str(exc)})
-                continue
-            except Exception as exc:  # e.g. TaskAlreadyExists after a retried create
-                log({"op": "submit", "id": task_id, "outcome": "fail", "error": repr(exc)})
-                continue
-            acked_tasks.append(task_id)
-            log({"op": "submit", "id": task_id, "outcome": "ok"})
+            submit(f"t{i:05d}", {"steps": rng.randint(3, 8), "ms": rng.randint(10, 60)})
+        # The faults run one after another, so in a short window the last ones can start after
+        # the planned load ended (a lease holder pause needs a RUNNING task): keep a trickle of
+        # filler tasks (x00000, ...) coming until the nemesis is done.
+        interval = max(0.05, window / max(1, opts.tasks))
+        for j in range(opts.tasks):
+            if not nemesis.running() or stop_load.is_set():
+                return
+            time.sleep(interval)
+            submit(f"x{j:05d}", {"steps": rng.randint(3, 8), "ms": rng.randint(10, 60)})
 
     def control(task_id: str, kind: str) -> None:
         try:
@@ -267,10 +277,10 @@ def run(opts: Options) -> dict[str, Any]:
     for t in threads:
         t.start()
     time.sleep(max(0.0, started + opts.seconds - time.monotonic()))
+    nemesis.join(60)
     stop_load.set()
     for t in threads:
         t.join(30)
-    nemesis.join(60)
     if proxy is not None:
         proxy.clear()
 
@@ -311,6 +321,7 @@ def run(opts: Options) -> dict[str, Any]:
         workers=opts.workers,
         worker_processes_started=workers.spawned,
         worker_unexpected_exits=workers.unexpected_exits,
+        filler_tasks=sum(1 for t in acked_tasks if t.startswith("x")),
         faults_scheduled=dict(nemesis.scheduled),
         faults_fired={k: nemesis.fired.get(k, 0) for k in nemesis.scheduled},
         proxy_fired=proxy.fired if proxy is not None else {},

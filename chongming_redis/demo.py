@@ -15,11 +15,7 @@ Exit status 0 when every task ended and the audit is clean.
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,9 +29,12 @@ from chongming_redis.model import TaskQuery, TaskStatus, Transition
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.worker_processes import WorkerProcesses
 
 NUM_BUCKETS = 16
 TASK_LEASE = 2.0
+WORKER_OPTIONS = ("--concurrency=4", f"--num-buckets={NUM_BUCKETS}", f"--task-lease={TASK_LEASE}",
+                  "--worker-lease=2", "--grace=5")  # fmt: skip
 
 
 def run_demo(*, redis_url: str | None = None, tasks: int = 300, workers: int = 3) -> int:
@@ -46,13 +45,14 @@ def run_demo(*, redis_url: str | None = None, tasks: int = 300, workers: int = 3
         redis_url = embedded.url
         console.print(f"[bold]private Redis[/] ({embedded.origin}) on {redis_url}")
     namespace = f"demo-{secrets.token_hex(3)}"
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    pool = WorkerProcesses("chongming_redis.demo_app:app", redis_url, namespace, WORKER_OPTIONS)
     try:
         store = RedisTaskStore.from_url(redis_url, namespace=namespace)
         from chongming_redis.demo_app import app
 
         client = Controller(store, app=app, owner="demo-client", buckets=BucketPolicy(NUM_BUCKETS))
-        procs = start_workers(redis_url, namespace, workers)
+        for _ in range(workers):
+            pool.spawn()
         wait_for(lambda: len(store.pool_state()[0]) >= workers, 20, "workers to join")
         wait_for(lambda: balanced(store, workers), 20, "the buckets to be shared")
         console.print(bucket_table(store, "buckets after the workers joined"))
@@ -78,12 +78,11 @@ def run_demo(*, redis_url: str | None = None, tasks: int = 300, workers: int = 3
                     stage = "kill"
                 elif stage == "kill":
                     spare = {holder(store, to_stop), holder(store, to_pause)}
-                    found = busy_worker(store, procs, spare)
+                    found = busy_worker(store, pool, spare)
                     if found is not None:
                         victim, victim_pid = found
                         held = sorted(b for b, w in store.pool_state()[1].items() if w == victim)
-                        os.kill(victim_pid, signal.SIGKILL)
-                        procs.pop(victim).wait()
+                        pool.kill9(victim_pid)
                         live.console.print(f"[red]SIGKILL[/] {victim} (pid {victim_pid}) while it "
                                            f"ran tasks; it held buckets {held}")  # fmt: skip
                         live.console.print(f"resume {to_pause}: {client.resume(to_pause)}")
@@ -94,29 +93,9 @@ def run_demo(*, redis_url: str | None = None, tasks: int = 300, workers: int = 3
         console.print(bucket_table(store, "buckets after the kill"))
         return summary(console, store, [*ids, to_stop, to_pause], to_stop)
     finally:
-        for proc in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        pool.stop_all(timeout=15)
         if embedded is not None:
             embedded.stop()
-
-
-def start_workers(url: str, namespace: str, count: int) -> dict[str, subprocess.Popen[bytes]]:
-    procs = {}
-    for _ in range(count):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "chongming_redis.cli", "worker",
-             "chongming_redis.demo_app:app", f"--redis={url}", f"--namespace={namespace}",
-             "--concurrency=4", f"--num-buckets={NUM_BUCKETS}", f"--task-lease={TASK_LEASE}",
-             "--worker-lease=2", "--grace=5"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        procs[f"{os.uname().nodename}-{proc.pid}"] = proc
-    return procs
 
 
 def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
@@ -152,15 +131,16 @@ def balanced(store: RedisTaskStore, workers: int) -> bool:
 
 
 def busy_worker(
-    store: RedisTaskStore, procs: dict[str, subprocess.Popen[bytes]], spare: set[str | None]
+    store: RedisTaskStore, pool: WorkerProcesses, spare: set[str | None]
 ) -> tuple[str, int] | None:
     """A worker running tasks right now (so that killing it loses some), not one in ``spare``."""
+    pids = {pool.owner(pid): pid for pid in pool.live_pids()}
     holders = Counter(
         t.lease_owner for t in store.query(TaskQuery(statuses=frozenset({TaskStatus.RUNNING})))
     )
     for owner, n in holders.most_common():
-        if owner in procs and owner not in spare and n >= 2:
-            return owner, procs[owner].pid
+        if owner in pids and owner not in spare and n >= 2:
+            return owner, pids[owner]
     return None
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -42,6 +41,7 @@ from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.pool import BucketPool, rendezvous
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.worker_processes import WorkerProcesses
 from tests.support.redis_server import RedisProc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -504,48 +504,26 @@ def test_num_buckets_mismatch_refuses_before_running_anything(
 # -- real worker processes ----------------------------------------------------------------------
 
 
-class Workers:
-    """``chongming-redis worker`` processes started by this test; reaped by pid in ``close``."""
+class Workers(WorkerProcesses):
+    """``chongming-redis worker`` processes started by this test, named by their pool owner
+    name; ``close`` ends every one of them, by pid."""
 
     def __init__(self, url: str, namespace: str, tmp: Path) -> None:
-        self.url, self.namespace, self.tmp = url, namespace, tmp
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        super().__init__(POOL_APP, url, namespace, logdir=tmp, cwd=ROOT)
 
     def start(self, *extra: str, num_buckets: int = NUM_BUCKETS) -> str:
-        command = [
-            sys.executable, "-m", "chongming_redis.cli", "worker", POOL_APP,
-            f"--redis={self.url}", f"--namespace={self.namespace}", "--concurrency=4",
-            f"--num-buckets={num_buckets}", "--task-lease=2", "--worker-lease=2", "--grace=2",
-            *extra,
-        ]  # fmt: skip
-        index = len(self.procs)
-        with open(self.tmp / f"worker-{index}.stderr", "wb") as stderr:
-            proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
-        name = f"{os.uname().nodename}-{proc.pid}"
-        self.procs[name] = proc
-        return name
+        options = ["--concurrency=4", f"--num-buckets={num_buckets}", "--task-lease=2",
+                   "--worker-lease=2", "--grace=2", *extra]  # fmt: skip
+        return self.owner(self.spawn(options))
 
     def stderr(self) -> str:
-        return "\n".join(
-            f"--- {p.name}:\n{p.read_text(errors='replace')[-2000:]}"
-            for p in sorted(self.tmp.glob("worker-*.stderr"))
-        )
+        return self.logs()
 
-    def kill9(self, name: str) -> None:
-        proc = self.procs[name]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    def kill9(self, name: str) -> None:  # type: ignore[override]  (by owner name)
+        super().kill9(int(name.rsplit("-", 1)[1]))
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        self.stop_all(timeout=15)
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -162,9 +160,10 @@ def worker(
 def run_workers(
     app_spec: str, redis: str | None, namespace: str, processes: int, options: list[str]
 ) -> None:
-    """Start ``processes`` worker processes (and a private Redis if none is given); forward
-    SIGTERM/SIGINT to them and wait."""
+    """Start ``processes`` worker processes (and a private Redis if none is given) and keep
+    them running (``worker_parent``); exits non-zero when they cannot start."""
     from chongming_redis.embedded import EmbeddedRedis
+    from chongming_redis.worker_parent import supervise_children
 
     embedded = None
     if not redis:
@@ -173,21 +172,13 @@ def run_workers(
         err.print(f"started a private Redis ({embedded.origin}) at {redis}")
     command = [sys.executable, "-m", "chongming_redis.cli", "worker", app_spec, f"--redis={redis}",
                f"--namespace={namespace}", "--processes=1", *options]  # fmt: skip
-    children = [subprocess.Popen(command) for _ in range(max(1, processes))]
-
-    def forward(signum: int, frame: Any) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
     try:
-        for child in children:
-            child.wait()
+        status = supervise_children(command, processes, say=lambda line: err.print(line))
     finally:
         if embedded is not None:
             embedded.stop()
+    if status != 0:
+        raise typer.Exit(status)
 
 
 @app.command()
@@ -200,10 +191,15 @@ def submit(
     count: Annotated[int, typer.Option(help="submit this many")] = 1,
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
-    num_buckets: BucketsOpt = 64,
+    num_buckets: Annotated[
+        int | None,
+        typer.Option("--num-buckets", help="the namespace's bucket count (default: recorded)"),
+    ] = None,
 ) -> None:
     """Submit tasks; prints their ids."""
     with user_errors():
+        if count < 1:
+            raise UserError(f"--count must be at least 1, not {count}")
         try:
             decoded = json.loads(params)
         except json.JSONDecodeError as exc:
@@ -212,10 +208,22 @@ def submit(
         from chongming_redis.runtime.controller import Controller
 
         store = open_store(redis, namespace)
+        buckets = _namespace_buckets(store, namespace, num_buckets)
         controller = Controller(store, app=load_app(app_spec), owner=_cli_owner(),
-                                buckets=BucketPolicy(num_buckets))  # fmt: skip
+                                buckets=BucketPolicy(buckets))  # fmt: skip
         for _ in range(count):
             console.print(controller.submit(name, decoded, key=key, tags=tag or ()))
+
+
+def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:
+    """The bucket count to submit with: the one the namespace's workers recorded. A different
+    ``--num-buckets`` would put tasks in buckets no worker serves: refused."""
+    raw = store.client.hget(store.keys.meta, "num_buckets")
+    recorded = None if raw is None else int(raw)
+    if given is not None and recorded is not None and given != recorded:
+        raise UserError(f"namespace {namespace!r} runs with --num-buckets={recorded}, not {given}: "
+                        "tasks submitted with another count would never run")  # fmt: skip
+    return given or recorded or 64
 
 
 @app.command()

@@ -1,0 +1,87 @@
+"""Defects a black-box run found in the CLI (issue 11): ``worker --processes N`` exits non-zero
+when its children cannot start and restarts a child that dies (logging it); ``submit --count``
+below 1 and a ``--num-buckets`` other than the namespace's are refused with one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+import psutil
+import pytest
+
+from chongming_redis.runtime.buckets import BucketPolicy
+from chongming_redis.runtime.controller import Controller
+from chongming_redis.stores.redis import RedisTaskStore
+from tests.support.pool_app import app as pool_app
+from tests.support.redis_server import RedisProc, free_port
+from tests.test_cli import APP, ROOT, cli, user_error
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+
+
+def worker_parent(*args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
+    return subprocess.Popen([sys.executable, "-m", "chongming_redis.cli", "worker", APP, *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def test_a_parent_whose_children_cannot_start_exits_non_zero() -> None:
+    parent = worker_parent(f"--redis=redis://127.0.0.1:{free_port()}/0", "--processes=2")
+    _, err = parent.communicate(timeout=60)
+    assert parent.returncode != 0, err
+    assert "could not start" in err
+    assert "Traceback" not in err.splitlines()[-1]
+
+
+def test_a_child_that_dies_is_restarted_and_logged(redis_proc: RedisProc, namespace: str) -> None:
+    parent = worker_parent(f"--redis={redis_proc.url}", f"--namespace={namespace}",
+                           "--processes=2", "--worker-lease=1")  # fmt: skip
+    try:
+        me = psutil.Process(parent.pid)
+        deadline = time.monotonic() + 30
+        while len(me.children()) < 2:
+            assert time.monotonic() < deadline, "two children never came up"
+            time.sleep(0.1)
+        time.sleep(4)  # past the start-up window: from now on a death is a crash
+        victim = me.children()[0].pid
+        os.kill(victim, signal.SIGKILL)
+        while len([c for c in me.children() if c.pid != victim and c.is_running()]) < 2:
+            assert time.monotonic() < deadline + 30, "the dead child was not replaced"
+            time.sleep(0.1)
+        assert parent.poll() is None
+    finally:
+        parent.send_signal(signal.SIGTERM)
+        _, err = parent.communicate(timeout=60)
+    assert parent.returncode == 0, err
+    assert f"(pid {victim}) exited with -9; restarting" in err
+
+
+def test_submit_refuses_a_count_below_one(redis_proc: RedisProc, namespace: str) -> None:
+    for count in ("0", "-3"):
+        result = cli("submit", APP, "work", "--count", count, "--redis", redis_proc.url,
+                     "--namespace", namespace)  # fmt: skip
+        user_error(result, "--count")
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    assert sum(store.counts().values()) == 0
+
+
+def test_submit_refuses_another_bucket_count_than_the_namespace_s(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    worker = Controller(store, app=pool_app, owner="w", buckets=BucketPolicy(16))
+    worker.join_pool().tick()  # records num_buckets=16 for the namespace
+    common = ("--redis", redis_proc.url, "--namespace", namespace)
+    user_error(cli("submit", APP, "work", "--num-buckets", "8", *common), "num-buckets=16")
+    assert sum(store.counts().values()) == 0
+    result = cli("submit", APP, "work", *common)  # the recorded count, by default
+    assert result.returncode == 0, result.stderr
+    (task,) = store.query()
+    assert task.bucket == BucketPolicy(16).bucket_for(task.task_id)
+    assert datetime.now(timezone.utc) >= task.created_at

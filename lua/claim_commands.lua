@@ -7,10 +7,10 @@ KEYS[1]  {ns}:cq        unleased unfinished commands, score = created_at
 KEYS[2]  {ns}:cl        leased unfinished commands, score = lease_until
 KEYS[3]  {ns}:cr:<tok>  memo of the ids this call leased (a list with a TTL)
 KEYS[4]  {ns}:          the namespace root; command keys {ns}:c:<cid> are derived from it
+KEYS[5]  {ns}:audit     the lease audit stream (written only when ARGV[5] is '1')
 ARGV[1]  now (us)
 ARGV[2]  lease_until = now + lease (us)
 ARGV[3]  limit (1..1000)
-KEYS[5]  {ns}:audit     the lease audit stream (written only when ARGV[5] is '1')
 ARGV[4]  memo TTL in milliseconds (the lease length: after it, the memo is of no use)
 ARGV[5]  '1' to audit: XADD {ns}:audit op claim cid <id> until <lease_until> now <now> for
          each command leased (not on a memo retry, which leases nothing); '0' (or absent): off

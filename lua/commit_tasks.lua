@@ -13,13 +13,17 @@ ARGV[1]  number of items; then per item:
          (version, encoded entry) per entry
 
 Replies
-  {'OK', code1, actual1, code2, actual2, ...}   per item: 'OK' (written), 'APPLIED' (this
-        call's token is already there: a retry), 'CONFLICT' with the stored version ('' if
-        the task does not exist), or 'EXISTS' (a create whose id is taken); nothing is written
-        for a conflicting item
+  {'OK', code1, actual1, code2, actual2, ...}   one (code, actual) pair per item, in order;
+        actual is '' but for a CONFLICT
   {'CORRUPT', key, field, detail}   an item's stored task or history does not decode; nothing
         written for any item
   {'BADARG', detail}
+  item 'OK'         written
+  item 'APPLIED'    this call's token is already there: a retry (history entries still
+                    missing are added)
+  item 'CONFLICT'   actual = the stored version ('' if the task does not exist); nothing
+                    written for the item
+  item 'EXISTS'     a create whose id is taken; nothing written for the item
 
 Invariants: a task appears at most once per call (each item is judged against the state
 before the call); as save and append; each written item moves to the next change-feed position

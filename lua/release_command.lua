@@ -18,7 +18,9 @@ ARGV[3]  now (us), recorded in the audit entry (checked only when auditing)
 Replies
   {'OK'}                released (or was not leased: nothing to do)
   {'OK', 'FINISHED'}    the command is finished and stays finished
-  {'NOTFOUND'} | {'CORRUPT', ...}
+  {'NOTFOUND'}           no such command
+  {'CORRUPT', key, field, detail}   the key is not a command hash; nothing written
+  {'BADARG', detail}    auditing, and ARGV[3] is not a canonical integer
 
 Invariants: never sets 'f' (finished_at). Bound: five commands.
 ]]

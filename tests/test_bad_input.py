@@ -613,11 +613,11 @@ def test_b8_a_replayed_write_id_is_already_applied_and_another_id_conflicts(
         h.store.create(task("a"))
         args = h.store._task_args(snapshot_to_row(task("a", status_version=2)), 1)
         keys = [h.keys.task("a"), h.keys.root]
-        assert h.store._run("save", keys, args) == ["OK"]
+        assert h.store._eval("save", keys, args) == ["OK"]
         with h.unchanged():
-            assert h.store._run("save", keys, args)[:2] == ["OK", b"APPLIED"]
+            assert h.store._eval("save", keys, args)[:2] == ["OK", b"APPLIED"]
             args[1] = "another-token"
-            assert h.store._run("save", keys, args)[:2] == ["CONFLICT", b"2"]
+            assert h.store._eval("save", keys, args)[:2] == ["CONFLICT", b"2"]
     finally:
         h.close()
 

@@ -28,16 +28,7 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from chongming_redis.errors import (
-    CommandAlreadyExists,
-    CommandNotFound,
-    ConcurrencyConflict,
-    CorruptRecord,
-    StoreClosed,
-    StoreError,
-    StoreUnavailable,
-    TaskAlreadyExists,
-)
+from chongming_redis.errors import CorruptRecord, StoreClosed, StoreError, StoreUnavailable
 from chongming_redis.model import (
     ChangePage,
     Command,
@@ -50,13 +41,8 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.stores import _common as check
-from chongming_redis.stores._feed import ahead as feed_ahead
-from chongming_redis.stores._feed import (
-    check_page_limit,
-    decode_tombstone,
-    page_of,
-    parse_cursor,
-)
+from chongming_redis.stores import _replies as replies
+from chongming_redis.stores._feed import check_page_limit, decode_tombstone, page_of, parse_cursor
 from chongming_redis.stores._keys import (
     COMMAND_COLUMNS_BY_FIELD,
     COMMAND_FIELDS,
@@ -64,6 +50,7 @@ from chongming_redis.stores._keys import (
     TASK_FIELDS,
     Keys,
 )
+from chongming_redis.stores._replies import text as _text
 from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
@@ -174,19 +161,13 @@ class RedisTaskStore:
         row = snapshot_to_row(check.check_snapshot(snapshot))
         key = self.keys.task(snapshot.task_id)
         args = self._task_args(row, "", with_lease=True)
-        reply = self._run("create", [key, self.keys.root], args)
-        if reply[0] == "EXISTS":
-            raise TaskAlreadyExists(snapshot.task_id)
+        self._run("create", [key, self.keys.root], args, task_id=snapshot.task_id)
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
         row = snapshot_to_row(check.check_save(snapshot, expect_version))
-        key = self.keys.task(snapshot.task_id)
-        reply = self._run("save", [key, self.keys.root], self._task_args(row, expect_version))
-        if reply[0] == "CONFLICT":
-            actual = _text(reply[1])
-            raise ConcurrencyConflict(
-                snapshot.task_id, expect_version, int(actual) if actual else None
-            )
+        keys = [self.keys.task(snapshot.task_id), self.keys.root]
+        args = self._task_args(row, expect_version)
+        self._run("save", keys, args, task_id=snapshot.task_id, expected=expect_version)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         check_identifier(task_id, "task_id")
@@ -312,7 +293,7 @@ class RedisTaskStore:
         writes, deletes = _hash_changes(columns, TASK_FIELDS)
         args = [fence, len(deletes), *deletes, *writes]
         reply = self._run("touch", [self.keys.task(task_id)], args)
-        return len(reply) == 1
+        return replies.applied(replies.Call("touch"), reply)
 
     # -- runtime extensions: batched starts and commits (one round trip each) --------------
 
@@ -369,8 +350,8 @@ class RedisTaskStore:
                     args += [transition.version, _entry(transition)]
             reply = self._run("commit_tasks", [self.keys.root], args)
             for i, (snapshot, expect, _) in enumerate(batch):
-                code, actual = _text(reply[1 + 2 * i]), _text(reply[2 + 2 * i])
-                results.append(_commit_error(snapshot.task_id, expect, code, actual))
+                item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
+                results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
         return results
 
     def server_time(self) -> datetime:
@@ -408,12 +389,9 @@ class RedisTaskStore:
         now_ms = encode_dt(now) // 1000
         args = [worker, now_ms, max(1, round(lease_seconds * 1000)), num_buckets,
                 "1" if leaving else "0", len(wanted), *wanted]  # fmt: skip
-        reply = self._run("pool_tick", keys, args)
-        if reply[0] == "MISMATCH":
-            raise StoreError(
-                f"namespace {self.namespace!r} runs with num_buckets={_text(reply[1])}, "
-                f"this worker has {num_buckets}: every worker must use the same value"
-            )
+        reply = self._run(
+            "pool_tick", keys, args, namespace=self.namespace, num_buckets=num_buckets
+        )
         return [int(b) for b in reply[1]], [_text(w) for w in reply[2]]
 
     def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
@@ -442,9 +420,7 @@ class RedisTaskStore:
     def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
         """One page of the change feed (``ChangeFeed.changes``; ``lua/changes.lua``)."""
         position, size = parse_cursor(after), check_page_limit(limit)
-        reply = self._run("changes", [self.keys.root], [position, size])
-        if reply[0] == "AHEAD":
-            raise feed_ahead(position, int(reply[1]))
+        reply = self._run("changes", [self.keys.root], [position, size], after=position)
         items: list[TaskSnapshot | Tombstone] = []
         for i in range(2, len(reply), 3):
             value: bytes = reply[i + 1]
@@ -478,10 +454,8 @@ class RedisTaskStore:
             "0" if row["finished_at"] is None else "1",
             *writes,
         ]
-        key = k.command(command.command_id)
-        reply = self._run("submit_command", [key, k.command_queue, k.command_leases], args)
-        if reply[0] == "EXISTS":
-            raise CommandAlreadyExists(command.command_id)
+        keys = [k.command(command.command_id), k.command_queue, k.command_leases]
+        self._run("submit_command", keys, args, command_id=command.command_id)
 
     def claim_commands(
         self, *, now: datetime, lease_seconds: float, limit: int = 50
@@ -539,8 +513,13 @@ class RedisTaskStore:
 
     # -- script calls and replies ----------------------------------------------------------
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """One script call; maps reply codes shared by every script to exceptions."""
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any) -> list[Any]:
+        """One script call; a failure code becomes its exception (``_replies.REPLIES``),
+        naming what ``about`` says the call was about (``_replies.Call``)."""
+        return replies.check(replies.Call(name, **about), self._eval(name, keys, args))
+
+    def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """One script call, its reply as the script gave it (the code made ``str``)."""
         self._check_open()
         script = self._scripts[name]
         with self._errors():
@@ -548,13 +527,7 @@ class RedisTaskStore:
                 reply = self._evalsha_ro(script, keys, args)
             else:
                 reply = script(keys=list(keys), args=list(args))
-        code = _text(reply[0])
-        reply[0] = code
-        if code == "CORRUPT":
-            key, field, detail = (_text(x) for x in reply[1:4])
-            raise CorruptRecord(key, field or None, detail)
-        if code == "BADARG":
-            raise StoreError(f"script {name!r} refused its arguments: {_text(reply[1])}")
+        reply[0] = _text(reply[0])
         return reply  # type: ignore[no-any-return]
 
     def _evalsha_ro(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -567,8 +540,7 @@ class RedisTaskStore:
     def _command_script(self, name: str, command_id: str, args: list[Any]) -> None:
         k = self.keys
         keys = [k.command(command_id), k.command_queue, k.command_leases, k.audit]
-        if self._run(name, keys, args)[0] == "NOTFOUND":
-            raise CommandNotFound(command_id)
+        self._run(name, keys, args, command_id=command_id)
 
     def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T:
         self._check_open()
@@ -663,14 +635,6 @@ _STATUS_CODES = {
 _STATUS_NAMES = {code: name for name, code in _STATUS_CODES.items()}
 
 
-def _commit_error(task_id: str, expect: int | None, code: str, actual: str) -> StoreError | None:
-    if code == "EXISTS":
-        return TaskAlreadyExists(task_id)
-    if code == "CONFLICT":
-        return ConcurrencyConflict(task_id, expect or 0, int(actual) if actual else None)
-    return None
-
-
 def _entry(transition: Transition) -> bytes:
     """A history entry as stored: msgpack ``[version, from, to, at_us, reason]``, statuses
     as ``_STATUS_CODES``."""
@@ -709,15 +673,6 @@ def _field_of(column: str | None, fields: dict[str, str]) -> str | None:
 
 def _token() -> str:
     return secrets.token_urlsafe(9)
-
-
-def _text(value: Any, key: str | None = None) -> str:
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptRecord(key or "?", None, "a field name is not UTF-8") from None
-    return str(value)
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:

@@ -33,6 +33,7 @@ from chongming_redis.stores.redis import (
     RedisTaskStore,
     check_server_settings,
 )
+from tests.conftest import require_redis_server
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -283,6 +284,7 @@ def test_a_hung_server_raises_store_unavailable_after_the_socket_timeout(
 def test_a_server_without_durability_settings_is_warned_about(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    require_redis_server()
     server = RedisProc(extra_args=("--appendonly", "no", "--maxmemory-policy", "allkeys-lru"))
     try:
         with caplog.at_level(logging.WARNING, logger="chongming_redis.store"):

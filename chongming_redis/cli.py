@@ -142,16 +142,18 @@ def worker(
             ])  # fmt: skip
             return
         from chongming_redis.runtime.buckets import BucketPolicy
+        from chongming_redis.runtime.config import ControllerConfig
         from chongming_redis.runtime.controller import Controller
 
         store = open_store(redis, namespace)
         owner = f"{os.uname().nodename}-{os.getpid()}"
-        controller = Controller(
-            store, app=load_app(app_spec), owner=owner, concurrency=concurrency,
-            buckets=BucketPolicy(num_buckets), task_lease=task_lease,
+        config = ControllerConfig(
+            concurrency=concurrency, task_lease=task_lease,
             reconcile_interval=max(0.5, min(5.0, task_lease / 2)),
             command_poll_interval=0.5, start_poll_interval=1.0,
         )  # fmt: skip
+        controller = Controller(store, app=load_app(app_spec), owner=owner, config=config,
+                                buckets=BucketPolicy(num_buckets))  # fmt: skip
         controller.join_pool(worker_lease=worker_lease)
         err.print(f"worker {owner}: namespace {namespace!r}, {concurrency} slots")
         controller.run_forever(grace=grace)

@@ -5,8 +5,8 @@ the task, its indexes and counters together, so they can never disagree. Reads a
 ``HGETALL``/``ZRANGEBYSCORE`` calls, or the read-only ``query`` script (``EVALSHA_RO``). The
 layout is documented in ``docs/redis-layout.md`` and built in ``_keys.py`` alone.
 
-Retries: redis-py re-sends a command whose connection failed, even if the server ran it
-(RELIABILITY fact 2). Each write therefore carries a token the script recognises: a retried
+Retries: redis-py re-sends a command whose connection failed, even if the server ran it (the
+reply was lost, not the command). Each write therefore carries a token the script recognises: a retried
 ``create``/``save``/``submit_command`` whose first attempt landed reports success, a retried
 ``claim_commands`` returns the batch the first attempt leased, and ``append``, ``touch``,
 ``complete_command`` and ``release_command`` are idempotent by nature.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -95,6 +96,7 @@ class RedisTaskStore:
         check_server: bool = True,
         owns_client: bool = False,
         audit: bool = False,
+        audit_owner: str | None = None,
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisTaskStore needs a client with decode_responses=False")
@@ -107,6 +109,10 @@ class RedisTaskStore:
         #: record the stress checker ``check_command_leases`` reads.
         self.audit = bool(audit)
         self._audit_flag = "1" if audit else "0"
+        #: The name written as ``owner`` into this store's audit entries: who claimed,
+        #: completed or released. Default ``<nodename>-<pid>``, the owner name a
+        #: ``chongming-redis worker`` process gives its controller; settable.
+        self.audit_owner = audit_owner or f"{os.uname().nodename}-{os.getpid()}"
         self.legacy_scripts = False
         with self._errors():
             self.legacy_scripts = not _supports_script_flags(client)
@@ -128,6 +134,7 @@ class RedisTaskStore:
         retries: int = 3,
         check_server: bool = True,
         audit: bool = False,
+        audit_owner: str | None = None,
         **options: Any,
     ) -> RedisTaskStore:
         """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``).
@@ -148,7 +155,12 @@ class RedisTaskStore:
         except ValueError as exc:
             raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
         return cls(
-            client, namespace=namespace, check_server=check_server, owns_client=True, audit=audit
+            client,
+            namespace=namespace,
+            check_server=check_server,
+            owns_client=True,
+            audit=audit,
+            audit_owner=audit_owner,
         )
 
     @property
@@ -465,7 +477,7 @@ class RedisTaskStore:
         memo_ms = max(1000, math.ceil(lease_seconds * 1000))
         memo = k.claim_memo(_token())
         keys = [k.command_queue, k.command_leases, memo, k.root, k.audit]
-        args = [encode_dt(now), until, limit, memo_ms, self._audit_flag]
+        args = [encode_dt(now), until, limit, memo_ms, self._audit_flag, self.audit_owner]
         reply = self._run("claim_commands", keys, args)
         ids = [_text(reply[i]) for i in range(1, len(reply), 2)]
         try:
@@ -474,7 +486,7 @@ class RedisTaskStore:
             # The script checks every field it can; a payload is msgpack, which Lua cannot
             # check on every server. Undo the batch so that nothing stays leased, then report.
             for command_id in ids:
-                args = [command_id, self._audit_flag, encode_dt(now)]
+                args = [command_id, self._audit_flag, encode_dt(now), self.audit_owner]
                 self._command_script("release_command", command_id, args)
             self._read(memo, lambda c: c.delete(memo))
             raise
@@ -484,12 +496,12 @@ class RedisTaskStore:
     ) -> None:
         check.check_complete(command_id, now, outcome)
         args = [command_id, encode_dt(now), "0" if outcome is None else "1", outcome or ""]
-        args.append(self._audit_flag)
+        args += [self._audit_flag, self.audit_owner]
         self._command_script("complete_command", command_id, args)
 
     def release_command(self, command_id: str, *, now: datetime) -> None:
         check.check_release(command_id, now)
-        args = [command_id, self._audit_flag, encode_dt(now)]
+        args = [command_id, self._audit_flag, encode_dt(now), self.audit_owner]
         self._command_script("release_command", command_id, args)
 
     # -- operations ------------------------------------------------------------------------

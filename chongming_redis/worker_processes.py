@@ -43,28 +43,38 @@ class WorkerProcesses:
         self._stop = threading.Event()
         self._keeper: threading.Thread | None = None
 
-    def command(self, options: Sequence[str] | None = None) -> list[str]:
+    def command(
+        self, options: Sequence[str] | None = None, module: str = "chongming_redis.cli"
+    ) -> list[str]:
         return [
-            sys.executable, "-m", "chongming_redis.cli", "worker", self.app_spec,
+            sys.executable, "-m", module, "worker", self.app_spec,
             f"--redis={self.url}", f"--namespace={self.namespace}",
             *(self.options if options is None else options),
         ]  # fmt: skip
 
-    def spawn(self, options: Sequence[str] | None = None) -> int:
-        """Start one worker (``options`` replace the default ones); returns its pid."""
-        command = self.command(options)
+    def spawn(
+        self,
+        options: Sequence[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        module: str = "chongming_redis.cli",
+    ) -> int:
+        """Start one worker (``options`` replace the default ones; ``env`` adds to the
+        environment; ``module`` is what ``python -m`` runs with the worker's arguments, e.g. a
+        wrapper of the command line); returns its pid."""
+        command = self.command(options, module)
+        base = self.env if self.env is not None else os.environ
+        env = {**base, **env} if env else self.env
         with self._lock:
             self.spawned += 1
             if self.logdir is None:
                 proc = subprocess.Popen(
-                    command, cwd=self.cwd, env=self.env,
+                    command, cwd=self.cwd, env=env,
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
             else:
                 with open(self.logdir / f"worker-{self.spawned}.log", "ab") as log:
-                    proc = subprocess.Popen(
-                        command, cwd=self.cwd, env=self.env, stdout=log, stderr=log
-                    )
+                    proc = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=log, stderr=log)
             self.procs[proc.pid] = proc
             return proc.pid
 
@@ -83,6 +93,21 @@ class WorkerProcesses:
             proc = self.procs.pop(pid, None)
         if proc is not None:
             proc.wait(10)
+
+    def terminate(self, pid: int, timeout: float = 15.0) -> None:
+        """Stop one worker gracefully (SIGCONT, SIGTERM; SIGKILL after ``timeout``) and forget
+        it first, so that ``keep_alive`` does not count it as an unexpected exit."""
+        with self._lock:
+            proc = self.procs.pop(pid, None)
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(pid, signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
     def kill9(self, pid: int) -> None:
         """SIGKILL one worker and reap it."""

@@ -12,8 +12,10 @@ ARGV[1]  now (us)
 ARGV[2]  lease_until = now + lease (us)
 ARGV[3]  limit (1..1000)
 ARGV[4]  memo TTL in milliseconds (the lease length: after it, the memo is of no use)
-ARGV[5]  '1' to audit: XADD {ns}:audit op claim cid <id> until <lease_until> now <now> for
-         each command leased (not on a memo retry, which leases nothing); '0' (or absent): off
+ARGV[5]  '1' to audit: XADD {ns}:audit op claim cid <id> until <lease_until> now <now>
+         owner <ARGV[6]> for each command leased (not on a memo retry, which leases nothing);
+         '0' (or absent): off
+ARGV[6]  the claimer's name, recorded as the lease holder in the audit (read only when auditing)
 
 Replies
   {'OK', cid1, fields1, cid2, fields2, ...}   fields = the command hash as HGETALL gives it
@@ -32,6 +34,7 @@ local queue, leases, memo, root = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local audit = KEYS[5]
 local now, lease_until, limit, memo_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local auditing = ARGV[5] == '1'
+local claimer = ARGV[6] or ''
 for _, v in ipairs({ now, lease_until, limit, memo_ttl }) do
   if not is_uint(v) then return badarg('numeric argument malformed') end
 end
@@ -92,7 +95,7 @@ for i = 1, #candidates do
     claimed[#claimed + 1] = c.id
     if auditing then
       rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
-        'op', 'claim', 'cid', c.id, 'until', lease_until, 'now', now)
+        'op', 'claim', 'cid', c.id, 'until', lease_until, 'now', now, 'owner', claimer)
     end
   elseif c.expired then -- expired but not taken now: back to the queue, claimable by age
     rcall('ZREM', leases, c.id)

@@ -10,8 +10,9 @@ ARGV[2]  finished_at (us)
 ARGV[3]  '1' if an outcome is given, else '0'
 ARGV[4]  the outcome (ignored when ARGV[3] is '0')
 ARGV[5]  '1' to audit: when this call finishes the command (not ALREADY), XADD {ns}:audit
-         op complete cid <id> until '' now <finished_at> lu <the stored lease_until or ''>;
-         '0' (or absent): off
+         op complete cid <id> until '' now <finished_at> lu <the stored lease_until or ''>
+         owner <ARGV[6]>; '0' (or absent): off
+ARGV[6]  the completer's name, recorded in the audit (read only when auditing)
 
 Replies
   {'OK'}             finished now
@@ -41,6 +42,7 @@ rcall('ZREM', leases, id)
 if auditing then
   local held = rcall('HGET', command_key, 'lu') or ''
   rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
-    'op', 'complete', 'cid', id, 'until', '', 'now', finished_at, 'lu', held)
+    'op', 'complete', 'cid', id, 'until', '', 'now', finished_at, 'lu', held,
+    'owner', ARGV[6] or '')
 end
 return { 'OK' }

@@ -11,9 +11,10 @@ KEYS[3]  {ns}:cl
 KEYS[4]  {ns}:audit    the lease audit stream (written only when ARGV[2] is '1')
 ARGV[1]  command id
 ARGV[2]  '1' to audit: when this call clears a lease ('lu' was set), XADD {ns}:audit
-         op release cid <id> until '' now <ARGV[3]> lu <the cleared lease_until>;
-         '0' (or absent): off
+         op release cid <id> until '' now <ARGV[3]> lu <the cleared lease_until>
+         owner <ARGV[4]>; '0' (or absent): off
 ARGV[3]  now (us), recorded in the audit entry (checked only when auditing)
+ARGV[4]  the releaser's name, recorded in the audit (read only when auditing)
 
 Replies
   {'OK'}                released (or was not leased: nothing to do)
@@ -41,6 +42,7 @@ rcall('ZREM', leases, id)
 rcall('ZADD', queue, stored[2], id)
 if auditing and stored[3] then
   rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
-    'op', 'release', 'cid', id, 'until', '', 'now', ARGV[3], 'lu', stored[3])
+    'op', 'release', 'cid', id, 'until', '', 'now', ARGV[3], 'lu', stored[3],
+    'owner', ARGV[4] or '')
 end
 return { 'OK' }

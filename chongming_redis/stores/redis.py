@@ -6,9 +6,9 @@ the task, its indexes and counters together, so they can never disagree. Reads a
 layout is documented in ``docs/redis-layout.md`` and built in ``_keys.py`` alone.
 
 Retries: redis-py re-sends a command whose connection failed, even if the server ran it (the
-reply was lost, not the command). Each write therefore carries a token the script recognises: a retried
-``create``/``save``/``submit_command`` whose first attempt landed reports success, a retried
-``claim_commands`` returns the batch the first attempt leased, and ``append``, ``touch``,
+reply was lost, not the command). Each write therefore carries a token the script recognises:
+a retried ``create``/``save``/``submit_command`` whose first attempt landed reports success, a
+retried ``claim_commands`` returns the batch the first attempt leased, and ``append``, ``touch``,
 ``complete_command`` and ``release_command`` are idempotent by nature.
 """
 

@@ -3,21 +3,28 @@ a real pool of worker processes (see ``chongming_redis.stress.harness``).
 
 Exit status 0 only when every checker found nothing and every scheduled fault fired; 1 when
 not; 2 when the run could not start (e.g. the namespace given already holds data).
+
+``--seeds A..B`` runs one stress run per seed A, A+1, ..., B, one after the other, and prints
+one summary line per seed (seed, tasks, violations, faults fired/scheduled); the exit status is
+0 only when every seed passed (2 when a run could not start, else 1 when one failed).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from redis import RedisError
 
 from chongming_redis.embedded import EmbeddedRedisError
-from chongming_redis.stress.harness import Options, StressError, render, run
+from chongming_redis.stress.harness import VIOLATION_KINDS, Options, StressError, render, run
 
 
-def parse(argv: list[str] | None = None) -> tuple[Options, str | None]:
+def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int] | None]:
     p = argparse.ArgumentParser(
         prog="chongming-redis stress",
         description=__doc__,
@@ -37,7 +44,14 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None]:
     p.add_argument("--tasks", type=int, default=150, help="tasks to submit (N)")
     p.add_argument("--commands", type=int, default=None, help="stop/pause/resume (M)")
     p.add_argument("--seconds", type=float, default=20.0, help="load and fault window")
-    p.add_argument("--seed", type=int, default=1)
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=1)
+    seeds.add_argument(
+        "--seeds",
+        type=seed_range,
+        metavar="A..B",
+        help="a matrix: one run per seed from A to B (inclusive), one summary line each",
+    )
     p.add_argument("--concurrency", type=int, default=4, help="task slots per worker")
     p.add_argument("--task-lease", type=float, default=2.0)
     p.add_argument("--drain-seconds", type=float, default=45.0)
@@ -68,24 +82,96 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None]:
         drain_seconds=a.drain_seconds,
         workdir=a.workdir,
     )
-    return opts, a.json_file
+    return opts, a.json_file, a.seeds
+
+
+def seed_range(text: str) -> list[int]:
+    first, sep, last = text.partition("..")
+    try:
+        seeds = list(range(int(first), int(last) + 1)) if sep else []
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"expected A..B with A <= B, not {text!r}")
+    return seeds
+
+
+def summary(report: dict[str, Any]) -> str:
+    """One line for a run of the matrix."""
+    scheduled = sum(report["faults_scheduled"].values())
+    fired = sum(
+        min(n, report["faults_fired"].get(k, 0)) for k, n in report["faults_scheduled"].items()
+    )
+    line = (
+        f"seed {report['seed']:>4}: {'PASS' if report['ok'] else 'FAIL'}  "
+        f"tasks {report['submitted']} (succeeded {report['succeeded']}, "
+        f"stopped {report['stopped']}, failed {report['failed']}, lost {report['lost']}, "
+        f"unfinished {report['unfinished']})  violations {report['violations']}  "
+        f"faults {fired}/{scheduled} fired  {report['seconds']}s"
+    )
+    bad = {k: report[k] for k in VIOLATION_KINDS if report[k]}
+    if bad:
+        line += "  " + " ".join(f"{k}={n}" for k, n in bad.items())
+    if report["faults_missing"]:
+        line += "  missing " + " ".join(f"{k}={n}" for k, n in report["faults_missing"].items())
+    return line
+
+
+def matrix(opts: Options, seeds: list[int], json_file: str | None) -> int:
+    out = sys.stderr if json_file == "-" else sys.stdout
+    reports: list[dict[str, Any]] = []
+    status = 0
+    for seed in seeds:
+        one = dataclasses.replace(
+            opts,
+            seed=seed,
+            namespace=f"{opts.namespace}-{seed}" if opts.namespace else None,
+            workdir=str(Path(opts.workdir) / f"seed-{seed}") if opts.workdir else None,
+        )
+        try:
+            report = run(one)
+        except (StressError, EmbeddedRedisError, RedisError) as exc:
+            print(f"seed {seed:>4}: ERROR  {exc}", file=out, flush=True)
+            status = 2
+            continue
+        reports.append(report)
+        print(summary(report), file=out, flush=True)
+        if not report["ok"] and status == 0:
+            status = 1
+    passed = sum(1 for r in reports if r["ok"])
+    print(
+        f"{len(seeds)} seeds: {passed} passed, {len(seeds) - passed} failed; "
+        f"violations {sum(r['violations'] for r in reports)}, faults "
+        f"{sum(sum(r['faults_fired'].values()) for r in reports)}/"
+        f"{sum(sum(r['faults_scheduled'].values()) for r in reports)} fired",
+        file=out,
+        flush=True,
+    )
+    _write_json(reports, json_file)
+    return status
+
+
+def _write_json(data: Any, json_file: str | None) -> None:
+    if json_file == "-":
+        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    elif json_file:
+        with open(json_file, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts, json_file = parse(argv)
+    opts, json_file, seeds = parse(argv)
+    if seeds is not None:
+        return matrix(opts, seeds, json_file)
     try:
         report = run(opts)
     except (StressError, EmbeddedRedisError, RedisError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     render(report, stderr=json_file == "-")
-    if json_file == "-":
-        json.dump(report, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    elif json_file:
-        with open(json_file, "w") as f:
-            json.dump(report, f, indent=2, sort_keys=True)
-            f.write("\n")
+    _write_json(report, json_file)
     return 0 if report["ok"] else 1
 
 

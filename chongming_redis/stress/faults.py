@@ -11,6 +11,11 @@ Kinds (every one is scheduled at least once; the run fails if a scheduled fault 
 ``reset_connections``   the proxy resets every open worker connection
 ``redis_restart``       kill -9 of redis-server (appendfsync always), restart on the same port
                         (only of a server the run started itself: never of a ``--redis``)
+``clock_skew``          start a worker whose wall clock is 300 s ahead or behind (libfaketime),
+                        then stop one of the others gracefully (SIGTERM: it hands its tasks
+                        back); fired once the skewed worker ran a task and the clock it
+                        recorded is really that far off the server's (skipped without
+                        libfaketime). It stays in the pool until the end, or a later kill.
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ KINDS = (
     "drop_reply",
     "reset_connections",
     "redis_restart",
+    "clock_skew",
 )
+#: How far the ``clock_skew`` fault moves a worker's wall clock, in seconds (either way).
+SKEW_SECONDS = 300
 #: The faults the proxy applies (skipped when the workers cannot be proxied).
 PROXY_KINDS = ("proxy_latency", "drop_reply", "reset_connections")
 
@@ -74,6 +82,11 @@ class Nemesis:
     holders: Callable[[], dict[int, list[str]]]  # pid -> task ids it holds RUNNING
     task_lease: float
     log: Callable[[dict[str, Any]], None]
+    #: starts a worker whose wall clock is the given seconds off; returns its pid
+    spawn_skewed: Callable[[int], int] | None = None
+    #: the wall clock minus the server's that a worker process recorded when it began its
+    #: first task (``stress_app.clocks_key``), or ``None`` before
+    clock_of: Callable[[int], float | None] | None = None
     scheduled: Counter[str] = field(default_factory=Counter)
     fired: Counter[str] = field(default_factory=Counter)
     paused_tasks: list[str] = field(default_factory=list)
@@ -190,3 +203,28 @@ class Nemesis:
         time.sleep(0.2 + (arg % 10) / 10)
         self.redis.restart()
         return True, "redis-server killed -9 and restarted"
+
+    def _clock_skew(self, arg: int) -> tuple[bool, str]:
+        if self.spawn_skewed is None or self.clock_of is None:
+            return False, "no way to start a skewed worker (libfaketime missing)"
+        skew = SKEW_SECONDS if arg % 2 else -SKEW_SECONDS
+        others = self.workers.live_pids()
+        pid = self.spawn_skewed(skew)
+        detail = f"started {pid} with its clock {skew:+d} s off"
+        if others:  # keep the pool's size: one of the others hands its tasks back
+            victim = others[arg % len(others)]
+            self.workers.terminate(victim)
+            detail += f", stopped {victim} (SIGTERM)"
+        deadline = time.monotonic() + 30
+        offset = None
+        while offset is None and time.monotonic() < deadline:
+            try:
+                offset = self.clock_of(pid)
+            except Exception:  # e.g. Redis restarting: look again
+                offset = None
+            if offset is None:
+                time.sleep(0.2)
+        if offset is None:
+            return False, detail + "; it ran no task within 30 s"
+        detail += f"; it ran a task with its wall clock {offset:+.1f} s off the server's"
+        return abs(offset - skew) < SKEW_SECONDS / 10, detail

@@ -17,6 +17,7 @@ Layout of one run (``--keep`` leaves it on disk):
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
@@ -46,6 +47,7 @@ from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
 from chongming_redis.worker_processes import WorkerProcesses
 
 APP = "chongming_redis.stress.app:app"
+DRIVER = "stress-driver"
 VIOLATION_KINDS = (
     "duplicate_starts",
     "duplicate_completions",
@@ -55,6 +57,7 @@ VIOLATION_KINDS = (
     "history_gaps",
     "acked_writes_lost",
     "command_state",
+    "command_holder",
 )
 
 
@@ -142,10 +145,23 @@ class ClientLog:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
 
+def libfaketime() -> str | None:
+    """The libfaketime the ``clock_skew`` fault preloads (Debian's ``faketime`` package)."""
+    for pattern in ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
+                    "/usr/local/lib/faketime/libfaketime.so.1"):  # fmt: skip
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
 def _open_store(url: str, namespace: str) -> RedisTaskStore:
+    """The driver's store: enough retries (about 6 s of backoff) that a call rides out the
+    run's own ``redis_restart`` (down for up to about 1.5 s) instead of ending indeterminate."""
     return RedisTaskStore.from_url(
-        url, namespace=namespace, socket_timeout=5, retries=3, audit=True
-    )
+        url, namespace=namespace, socket_timeout=5, retries=8, audit=True,
+        audit_owner=DRIVER,
+    )  # fmt: skip
 
 
 def run(opts: Options) -> dict[str, Any]:
@@ -172,6 +188,9 @@ def run(opts: Options) -> dict[str, Any]:
         )
     if upstream.host is None:
         skipped.update({k: upstream.why_not_proxied for k in PROXY_KINDS})
+    faketime = libfaketime()
+    if faketime is None:
+        skipped["clock_skew"] = "libfaketime is not installed (apt-get install faketime)"
     kinds = tuple(k for k in KINDS if k not in skipped)
     plan = schedule(opts.seed, opts.seconds, kinds)
     proxy = None
@@ -180,7 +199,7 @@ def run(opts: Options) -> dict[str, Any]:
     direct_url = upstream.url
     store = _open_store(direct_url, namespace)
     driver = Controller(
-        store, app=stress_app.app, owner="stress-driver", buckets=BucketPolicy(opts.num_buckets)
+        store, app=stress_app.app, owner=DRIVER, buckets=BucketPolicy(opts.num_buckets)
     )
     worker_url = upstream.through(proxy.port) if proxy is not None else direct_url
     workers = worker_processes(opts, worker_url, namespace, workdir)
@@ -195,7 +214,17 @@ def run(opts: Options) -> dict[str, Any]:
                 found.setdefault(int(owner.rsplit("-", 1)[1]), []).append(snap.task_id)
         return found
 
-    nemesis = Nemesis(plan, workers, proxy, redis_proc, holders, opts.task_lease, log)
+    def spawn_skewed(skew: int) -> int:
+        assert faketime is not None  # not scheduled without it
+        env = {"LD_PRELOAD": faketime, "FAKETIME": f"{skew:+d}s",
+               "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
+        return workers.spawn(env=env, module="chongming_redis.stress.skewed")
+
+    nemesis = Nemesis(
+        plan, workers, proxy, redis_proc, holders, opts.task_lease, log,
+        spawn_skewed=spawn_skewed,
+        clock_of=lambda pid: stress_app.clock_of(store.client, namespace, pid),
+    )  # fmt: skip
     submitted: list[str] = []  # every id the driver tried (acknowledged or not)
     acked_tasks: list[str] = []
     acked_commands: list[str] = []

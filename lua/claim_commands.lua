@@ -23,7 +23,7 @@ Replies
   {'BADARG', detail}
 
 Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the same
-commands are returned and nothing new is leased (RELIABILITY fact 2).
+commands are returned and nothing new is leased (redis-py re-sends a command whose reply is lost).
 Invariants: a command is in exactly one of cq / cl while unfinished; two claims never both
 hold a valid lease on one command. Bound: at most 1000 expired leases are moved back per call,
 at most `limit` commands leased (and as many audit entries).

@@ -1,4 +1,4 @@
-"""Bad input (RELIABILITY §2, B1-B11) on both ``InMemoryTaskStore`` and ``RedisTaskStore``.
+"""Bad input (the guide's argument rules, awkward ids, corrupt data) on both stores.
 
 Every refusal is checked twice: the typed error, and that the store is unchanged afterwards
 (memory: its rows, ``query()``, ``counts()`` and history; Redis: the ``DUMP`` of every key of the

@@ -1,4 +1,4 @@
-"""Checkers over the ground truth of a stress run, in plain Python (RELIABILITY.md §3).
+"""Checkers over the ground truth of a stress run, in plain Python (docs/reliability.md).
 
 Inputs are plain data, so each checker can be unit-tested on hand-made histories:
 

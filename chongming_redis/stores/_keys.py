@@ -32,8 +32,8 @@ key                   type    meaning
                               position) or ``r<tombstone>``; positions ``128n .. 128n+127``
 ``{ns}:fcs``          zset    the feed chunks that hold items; score = member = ``n``
 ``{ns}:audit``        stream  command lease audit (only with ``audit=True``): one entry
-                              ``op claim|complete|release cid until now [lu]`` per lease
-                              change, written by the changing script; capped ~1,000,000
+                              ``op claim|complete|release cid until now [lu] owner`` per
+                              lease change, written by the changing script; capped ~1,000,000
 ====================  ======  =================================================================
 
 Why identifiers are safe verbatim: the hash tag is the *first* ``{...}`` of a key, and it comes

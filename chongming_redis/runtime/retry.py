@@ -27,5 +27,3 @@ class RetryPolicy:
         factor = 1.0 - (rng or random).random() * self.jitter
         return timedelta(seconds=raw * factor)
 
-
-NO_RETRY = RetryPolicy(max_attempts=1)

@@ -81,7 +81,6 @@ TASK_FIELDS: dict[str, str] = {
     "not_before": "nb",
 }
 TASK_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in TASK_FIELDS.items()}
-WRITE_TOKEN_FIELD = "w"
 
 #: codec column -> hash field of ``{ns}:c:<cid>``.
 COMMAND_FIELDS: dict[str, str] = {

@@ -26,4 +26,3 @@ class RetryPolicy:
         raw = min(self.max_delay, self.base_delay * 2 ** max(0, attempt - 1))
         factor = 1.0 - (rng or random).random() * self.jitter
         return timedelta(seconds=raw * factor)
-

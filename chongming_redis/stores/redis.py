@@ -17,13 +17,11 @@ from __future__ import annotations
 import logging
 import math
 import os
-import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-import msgpack
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
@@ -31,19 +29,15 @@ from redis.retry import Retry
 
 from chongming_redis.errors import CorruptRecord, StoreClosed, StoreError, StoreUnavailable
 from chongming_redis.model import (
-    ChangePage,
     Command,
-    FeedStats,
     Progress,
     TaskQuery,
     TaskSnapshot,
     TaskStatus,
-    Tombstone,
     Transition,
 )
 from chongming_redis.stores import _common as check
 from chongming_redis.stores import _replies as replies
-from chongming_redis.stores._feed import check_page_limit, decode_tombstone, page_of, parse_cursor
 from chongming_redis.stores._keys import (
     COMMAND_COLUMNS_BY_FIELD,
     COMMAND_FIELDS,
@@ -51,6 +45,17 @@ from chongming_redis.stores._keys import (
     TASK_FIELDS,
     Keys,
 )
+from chongming_redis.stores._redis_extensions import RedisExtensions
+from chongming_redis.stores._redis_rows import (
+    choose_source,
+    decode_entry,
+    encode_entry,
+    field_of,
+    hash_changes,
+    pairs,
+    token,
+)
+from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
 from chongming_redis.stores._replies import text as _text
 from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
 from chongming_redis.stores.codec import (
@@ -59,14 +64,11 @@ from chongming_redis.stores.codec import (
     Row,
     RowError,
     command_to_row,
-    decode_dt,
     encode_dt,
     row_to_command,
     row_to_snapshot,
-    row_to_transition,
     snapshot_to_row,
     touch_columns,
-    transition_to_row,
 )
 from chongming_redis.validation import check_identifier, check_int
 
@@ -81,7 +83,7 @@ QUERY_BUDGET = 1000
 PRUNE_BATCH = 100
 
 
-class RedisTaskStore:
+class RedisTaskStore(RedisExtensions):
     """A ``TaskStore`` on one Redis database, isolated by ``namespace``.
 
     ``client`` must be a ``redis.Redis`` created with ``decode_responses=False`` (values are
@@ -115,7 +117,7 @@ class RedisTaskStore:
         self.audit_owner = audit_owner or f"{os.uname().nodename}-{os.getpid()}"
         self.legacy_scripts = False
         with self._errors():
-            self.legacy_scripts = not _supports_script_flags(client)
+            self.legacy_scripts = not supports_script_flags(client)
             self._scripts: dict[str, Script] = {
                 name: client.register_script(script_text(name, legacy=self.legacy_scripts))
                 for name in SCRIPT_NAMES
@@ -192,7 +194,7 @@ class RedisTaskStore:
         if q.limit == 0 or q.statuses == frozenset() or q.buckets == frozenset():
             self._check_open()
             return []
-        source_kind, source_arg = _choose_source(q)
+        source_kind, source_arg = choose_source(q)
         filters = [
             " ".join(sorted(s.value for s in q.statuses or ())),
             " ".join(str(b) for b in sorted(q.buckets or ())),
@@ -216,7 +218,7 @@ class RedisTaskStore:
             )
             exhausted, cursor = reply[1] == 1, (_text(reply[2]), _text(reply[3]))
             page = [
-                self._decode_task(_text(reply[i]), _pairs(reply[i + 1]))
+                self._decode_task(_text(reply[i]), pairs(reply[i + 1]))
                 for i in range(4, len(reply), 2)
             ]
             results.extend(page)
@@ -242,7 +244,7 @@ class RedisTaskStore:
     # -- audit history ---------------------------------------------------------------------
 
     def append(self, transition: Transition) -> None:
-        entry = _entry(check.check_transition(transition))
+        entry = encode_entry(check.check_transition(transition))
         self._run("append", [self.keys.history(transition.task_id)], [transition.version, entry])
 
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
@@ -302,165 +304,20 @@ class RedisTaskStore:
         if not columns and fence == "":
             self._check_open()
             return True
-        writes, deletes = _hash_changes(columns, TASK_FIELDS)
+        writes, deletes = hash_changes(columns, TASK_FIELDS)
         args = [fence, len(deletes), *deletes, *writes]
         reply = self._run("touch", [self.keys.task(task_id)], args)
         return replies.applied(replies.Call("touch"), reply)
-
-    # -- runtime extensions: batched starts and commits (one round trip each) --------------
-
-    def start_tasks(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_until: datetime,
-        buckets: Sequence[int],
-        limit: int = 50,
-        names: Sequence[str] = (),
-    ) -> list[TaskSnapshot]:
-        """Start up to ``limit`` ``PENDING`` tasks of ``buckets`` whose ``not_before`` has
-        passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
-        heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
-        the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
-        wanted, names = check.check_start(owner, now, lease_until, buckets, limit, names)
-        token = _token()
-        memo_ms = max(1000, math.ceil((lease_until - now).total_seconds() * 1000))
-        keys = [self.keys.root, self.keys.start_memo(token)]
-        args = [owner, encode_dt(now), encode_dt(lease_until), limit, token, memo_ms,
-                len(wanted), *wanted, len(names), *names]  # fmt: skip
-        reply = self._run("start_tasks", keys, args)
-        return [
-            self._decode_task(_text(reply[i]), _pairs(reply[i + 1]))
-            for i in range(1, len(reply), 2)
-        ]
-
-    def commit_tasks(
-        self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
-    ) -> list[StoreError | None]:
-        """Save each snapshot (compare-and-set on its expected version, never the lease) and
-        append its transitions: one round trip per 100 items (``lua/commit_tasks.lua``). An
-        expected version of ``None`` creates the task instead (with its lease, as ``create``).
-        Returns, per item, ``None`` when written (or already written by a retried call), or
-        the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it met; such an item writes nothing.
-        Items must name distinct tasks (each is checked against the state before the call).
-        The full contract: ``BatchingStore.commit_tasks`` (``stores/extensions.py``)."""
-        checked = check.check_commit_items(items)  # every item, before the first batch
-        self._check_open()
-        results: list[StoreError | None] = []
-        for start in range(0, len(checked), 100):
-            batch = checked[start : start + 100]
-            args: list[Any] = [len(batch)]
-            for snapshot, expect, transitions in batch:
-                row = snapshot_to_row(snapshot)
-                if expect is None:
-                    args += self._task_args(row, "", with_lease=True, counted=True)
-                else:
-                    args += self._task_args(row, expect, counted=True)
-                args.append(len(transitions))
-                for transition in transitions:
-                    args += [transition.version, _entry(transition)]
-            reply = self._run("commit_tasks", [self.keys.root], args)
-            for i, (snapshot, expect, _) in enumerate(batch):
-                item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
-                results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
-        return results
-
-    def server_time(self) -> datetime:
-        """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
-        seconds, micros = self._read(self.keys.root, lambda c: c.time())
-        return decode_dt(int(seconds) * 1_000_000 + int(micros))
-
-    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
-        """``{bucket: {status: n}}`` from the counters, without reading any task."""
-        key = self.keys.counts
-        raw = self._read(key, lambda c: c.hgetall(key))
-        result: dict[int, dict[TaskStatus, int]] = {}
-        for field, value in raw.items():
-            status, _, bucket = _text(field).partition(":")
-            if bucket:
-                per = result.setdefault(int(bucket), dict.fromkeys(TaskStatus, 0))
-                per[TaskStatus(status)] = int(value)
-        return result
-
-    def pool_tick(
-        self,
-        *,
-        worker: str,
-        now: datetime,
-        lease_seconds: float,
-        num_buckets: int,
-        wanted: Sequence[int],
-        leaving: bool = False,
-    ) -> tuple[list[int], list[str]]:
-        """One worker's heartbeat and bucket leases in one step (``lua/pool_tick.lua``).
-        Returns ``(buckets this worker now holds, live workers)``; raises ``StoreError`` when
-        the namespace recorded another ``num_buckets``."""
-        k = self.keys
-        keys = [k.workers, k.bucket_owner, k.bucket_until, k.meta]
-        now_ms = encode_dt(now) // 1000
-        args = [worker, now_ms, max(1, round(lease_seconds * 1000)), num_buckets,
-                "1" if leaving else "0", len(wanted), *wanted]  # fmt: skip
-        reply = self._run(
-            "pool_tick", keys, args, namespace=self.namespace, num_buckets=num_buckets
-        )
-        return [int(b) for b in reply[1]], [_text(w) for w in reply[2]]
-
-    def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
-        """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""
-        k = self.keys
-        workers: list[tuple[bytes, float]] = self._read(
-            k.workers,
-            lambda c: c.zrange(k.workers, 0, -1, withscores=True),  # type: ignore[arg-type,return-value]
-        )
-        owners: dict[bytes, bytes] = self._read(
-            k.bucket_owner,
-            lambda c: c.hgetall(k.bucket_owner),  # type: ignore[arg-type,return-value]
-        )
-        return (
-            {_text(w): decode_dt(int(score) * 1000) for w, score in workers},
-            {int(b): _text(w) for b, w in owners.items()},
-        )
-
-    @property
-    def client(self) -> redis.Redis:
-        """The redis-py client (for the runtime's pub/sub nudges)."""
-        return self._client
-
-    # -- the change feed -------------------------------------------------------------------
-
-    def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
-        """One page of the change feed (``ChangeFeed.changes``; ``lua/changes.lua``)."""
-        position, size = parse_cursor(after), check_page_limit(limit)
-        reply = self._run("changes", [self.keys.root], [position, size], after=position)
-        items: list[TaskSnapshot | Tombstone] = []
-        for i in range(2, len(reply), 3):
-            value: bytes = reply[i + 1]
-            if value[:1] == b"t":
-                items.append(self._decode_task(_text(value[1:]), _pairs(reply[i + 2])))
-            else:
-                chunk = self.keys.feed_chunk(int(reply[i]) // 128)
-                items.append(decode_tombstone(value[1:], chunk))
-        last = int(reply[len(reply) - 3]) if items else None
-        return page_of(items, last, position)
-
-    def feed_stats(self) -> FeedStats:
-        """The feed's head, size (live tasks + tombstones) and tombstone count."""
-        key = self.keys.feed
-        head, tombs = self._read(key, lambda c: c.hmget(key, "head", "tombs"))
-        tasks = sum(self.counts().values())
-        tombstones = int(tombs or 0)
-        return FeedStats(int(head or 0), tasks + tombstones, tombstones)
 
     # -- control commands ------------------------------------------------------------------
 
     def submit_command(self, command: Command) -> None:
         row = command_to_row(check.check_command(command))
-        writes, _ = _hash_changes(row, COMMAND_FIELDS)
+        writes, _ = hash_changes(row, COMMAND_FIELDS)
         k = self.keys
         args = [
             command.command_id,
-            _token(),
+            token(),
             row["created_at"],
             "" if row["lease_until"] is None else row["lease_until"],
             "0" if row["finished_at"] is None else "1",
@@ -475,13 +332,13 @@ class RedisTaskStore:
         until = encode_dt(check.check_claim(now, lease_seconds, limit))
         k = self.keys
         memo_ms = max(1000, math.ceil(lease_seconds * 1000))
-        memo = k.claim_memo(_token())
+        memo = k.claim_memo(token())
         keys = [k.command_queue, k.command_leases, memo, k.root, k.audit]
         args = [encode_dt(now), until, limit, memo_ms, self._audit_flag, self.audit_owner]
         reply = self._run("claim_commands", keys, args)
         ids = [_text(reply[i]) for i in range(1, len(reply), 2)]
         try:
-            return [self._decode_command(ids[j], _pairs(reply[2 + 2 * j])) for j in range(len(ids))]
+            return [self._decode_command(ids[j], pairs(reply[2 + 2 * j])) for j in range(len(ids))]
         except CorruptRecord:
             # The script checks every field it can; a payload is msgpack, which Lua cannot
             # check on every server. Undo the batch so that nothing stays leased, then report.
@@ -593,9 +450,9 @@ class RedisTaskStore:
         ``counted``: the pairs are preceded by their number (commit_tasks' layout)."""
         skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
         columns = {c: v for c, v in row.items() if c not in skip}
-        writes, deletes = _hash_changes(columns, TASK_FIELDS)
+        writes, deletes = hash_changes(columns, TASK_FIELDS)
         count = [len(writes) // 2] if counted else []
-        return [row["task_id"], _token(), expect, len(deletes), *deletes, *count, *writes]
+        return [row["task_id"], token(), expect, len(deletes), *deletes, *count, *writes]
 
     def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
         key = self.keys.task(task_id)
@@ -607,7 +464,7 @@ class RedisTaskStore:
         try:
             return row_to_snapshot(row)
         except RowError as exc:
-            raise CorruptRecord(key, _field_of(exc.column, TASK_FIELDS), exc.detail) from None
+            raise CorruptRecord(key, field_of(exc.column, TASK_FIELDS), exc.detail) from None
 
     def _decode_command(self, command_id: str, fields: dict[bytes, bytes]) -> Command:
         key = self.keys.command(command_id)
@@ -619,122 +476,7 @@ class RedisTaskStore:
         try:
             return row_to_command(row)
         except RowError as exc:
-            raise CorruptRecord(key, _field_of(exc.column, COMMAND_FIELDS), exc.detail) from None
+            raise CorruptRecord(key, field_of(exc.column, COMMAND_FIELDS), exc.detail) from None
 
     def _decode_entry(self, task_id: str, key: str, member: bytes) -> Transition:
-        try:
-            values = msgpack.unpackb(member, raw=False)
-            if not isinstance(values, list) or len(values) != len(_ENTRY_COLUMNS):
-                raise RowError(None, "history entry is not a list of the expected length")
-            for i in (1, 2):
-                values[i] = _STATUS_NAMES.get(values[i], values[i])
-            return row_to_transition({"task_id": task_id, **dict(zip(_ENTRY_COLUMNS, values))})
-        except RowError as exc:
-            raise CorruptRecord(key, exc.column, exc.detail) from None
-        except Exception as exc:  # msgpack raises several unrelated types on garbage
-            raise CorruptRecord(key, None, f"history entry does not decode: {exc}") from None
-
-
-_ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
-
-
-#: Statuses inside history entries are one letter: an entry of at most 64 bytes keeps a
-#: task's history sorted set in Redis's compact listpack encoding (~1 KB less per task).
-_STATUS_CODES = {
-    "pending": "P", "running": "R", "paused": "Z", "succeeded": "S", "failed": "F",
-    "stopped": "X", "lost": "L",
-}  # fmt: skip
-_STATUS_NAMES = {code: name for name, code in _STATUS_CODES.items()}
-
-
-def _entry(transition: Transition) -> bytes:
-    """A history entry as stored: msgpack ``[version, from, to, at_us, reason]``, statuses
-    as ``_STATUS_CODES``."""
-    row = transition_to_row(transition)
-    values = [row[c] for c in _ENTRY_COLUMNS]
-    values[1] = None if values[1] is None else _STATUS_CODES[str(values[1])]
-    values[2] = _STATUS_CODES[str(values[2])]
-    return bytes(msgpack.packb(values, use_bin_type=True))
-
-
-def _choose_source(q: TaskQuery) -> tuple[str, str]:
-    """The index to walk: the most selective one the query names."""
-    if q.pipeline_run_id is not None:
-        return "p", q.pipeline_run_id
-    if q.tag is not None:
-        return "tag", q.tag
-    return "ix", ""
-
-
-def _hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[str]]:
-    """Field/value pairs to write and field names to delete (columns that are ``None``)."""
-    writes: list[Any] = []
-    deletes: list[str] = []
-    for column, value in columns.items():
-        field = fields[column]
-        if value is None:
-            deletes.append(field)
-        else:
-            writes += [field, repr(value) if type(value) is float else value]
-    return writes, deletes
-
-
-def _field_of(column: str | None, fields: dict[str, str]) -> str | None:
-    return None if column is None else fields.get(column, column)
-
-
-def _token() -> str:
-    return secrets.token_urlsafe(9)
-
-
-def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
-    return dict(zip(flat[::2], flat[1::2]))
-
-
-def _supports_script_flags(client: redis.Redis) -> bool:
-    """Redis >= 7 understands ``#!lua`` shebangs and ``EVALSHA_RO``; older servers and
-    fakeredis do not (and fakeredis changes its reply shapes after HELLO, so it is not
-    asked)."""
-    if type(client).__module__.startswith("fakeredis"):
-        return False
-    try:
-        hello = client.execute_command("HELLO")  # type: ignore[no-untyped-call]
-    except redis.exceptions.ResponseError:
-        return False
-    info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
-    server = _text(info.get(b"server", b""))
-    version = _text(info.get(b"version", b"0"))
-    if server != "redis":
-        return False
-    return int(version.split(".")[0]) >= 7
-
-
-def check_server_settings(client: redis.Redis) -> list[str]:
-    """Warn (log) when the server can lose or evict acknowledged data; return the warnings.
-
-    Reads only INFO; where the ACL forbids it the check is skipped with a log line.
-    """
-    try:
-        memory = client.info("memory")
-        persistence = client.info("persistence")
-    except redis.exceptions.NoPermissionError:
-        log.info("server settings not checked: this user may not run INFO")
-        return []
-    except redis.exceptions.ResponseError as exc:
-        log.info("server settings not checked: %s", exc)
-        return []
-    problems = []
-    policy = memory.get("maxmemory_policy")
-    if policy is not None and policy != "noeviction":
-        problems.append(
-            f"maxmemory-policy is {policy!r}: Redis may evict task keys under memory pressure; "
-            "set it to 'noeviction'"
-        )
-    if persistence.get("aof_enabled") == 0:
-        problems.append(
-            "appendonly is off: acknowledged writes can be lost when Redis restarts; "
-            "use appendonly yes with appendfsync always for crash durability"
-        )
-    for problem in problems:
-        log.warning("chongming-redis: %s", problem)
-    return problems
+        return decode_entry(task_id, key, member)

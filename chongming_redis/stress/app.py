@@ -198,4 +198,4 @@ def blind_start_tasks(
 
 
 if os.environ.get(UNSAFE_ENV) == "skip-cas":
-    RedisTaskStore.start_tasks = blind_start_tasks  # type: ignore[method-assign]
+    RedisTaskStore.start_tasks = blind_start_tasks  # type: ignore[method-assign,assignment]

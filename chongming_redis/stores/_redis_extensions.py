@@ -1,0 +1,196 @@
+"""``RedisExtensions``: what ``RedisTaskStore`` offers beyond the 14 protocol methods — the
+runtime's named extensions (``stores/extensions.py``: batched starts and commits, the server
+clock, per-bucket counts, the bucket pool, the nudge channel) and the change feed — each one
+script or read. A mixin: ``RedisTaskStore`` provides the script calls and decoders it uses."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+
+from chongming_redis.errors import StoreError
+from chongming_redis.model import (
+    ChangePage,
+    FeedStats,
+    TaskSnapshot,
+    TaskStatus,
+    Tombstone,
+    Transition,
+)
+from chongming_redis.stores import _common as check
+from chongming_redis.stores import _replies as replies
+from chongming_redis.stores._feed import check_page_limit, decode_tombstone, page_of, parse_cursor
+from chongming_redis.stores._keys import Keys
+from chongming_redis.stores._redis_rows import encode_entry, pairs, token
+from chongming_redis.stores._replies import text as _text
+from chongming_redis.stores.codec import Row, decode_dt, encode_dt, snapshot_to_row
+
+T = TypeVar("T")
+
+
+class RedisExtensions:
+    keys: Keys
+    _client: redis.Redis
+
+    if TYPE_CHECKING:  # provided by RedisTaskStore
+
+        @property
+        def namespace(self) -> str: ...
+        def counts(self) -> dict[TaskStatus, int]: ...
+        def _run(
+            self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any
+        ) -> list[Any]: ...
+        def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T: ...
+        def _check_open(self) -> None: ...
+        def _task_args(
+            self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
+        ) -> list[Any]: ...
+        def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot: ...
+
+    # -- batched starts and commits (one round trip each) -----------------------------------
+
+    def start_tasks(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Sequence[int],
+        limit: int = 50,
+        names: Sequence[str] = (),
+    ) -> list[TaskSnapshot]:
+        """Start up to ``limit`` ``PENDING`` tasks of ``buckets`` whose ``not_before`` has
+        passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
+        heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
+        the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
+        wanted, names = check.check_start(owner, now, lease_until, buckets, limit, names)
+        memo = token()
+        memo_ms = max(1000, math.ceil((lease_until - now).total_seconds() * 1000))
+        keys = [self.keys.root, self.keys.start_memo(memo)]
+        args = [owner, encode_dt(now), encode_dt(lease_until), limit, memo, memo_ms,
+                len(wanted), *wanted, len(names), *names]  # fmt: skip
+        reply = self._run("start_tasks", keys, args)
+        return [
+            self._decode_task(_text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply), 2)
+        ]
+
+    def commit_tasks(
+        self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
+    ) -> list[StoreError | None]:
+        """Save each snapshot (compare-and-set on its expected version, never the lease) and
+        append its transitions: one round trip per 100 items (``lua/commit_tasks.lua``). An
+        expected version of ``None`` creates the task instead (with its lease, as ``create``).
+        Returns, per item, ``None`` when written (or already written by a retried call), or
+        the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it met; such an item writes nothing.
+        Items must name distinct tasks (each is checked against the state before the call).
+        The full contract: ``BatchingStore.commit_tasks`` (``stores/extensions.py``)."""
+        checked = check.check_commit_items(items)  # every item, before the first batch
+        self._check_open()
+        results: list[StoreError | None] = []
+        for start in range(0, len(checked), 100):
+            batch = checked[start : start + 100]
+            args: list[Any] = [len(batch)]
+            for snapshot, expect, transitions in batch:
+                row = snapshot_to_row(snapshot)
+                if expect is None:
+                    args += self._task_args(row, "", with_lease=True, counted=True)
+                else:
+                    args += self._task_args(row, expect, counted=True)
+                args.append(len(transitions))
+                for transition in transitions:
+                    args += [transition.version, encode_entry(transition)]
+            reply = self._run("commit_tasks", [self.keys.root], args)
+            for i, (snapshot, expect, _) in enumerate(batch):
+                item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
+                results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
+        return results
+
+    def server_time(self) -> datetime:
+        """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
+        seconds, micros = self._read(self.keys.root, lambda c: c.time())
+        return decode_dt(int(seconds) * 1_000_000 + int(micros))
+
+    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
+        """``{bucket: {status: n}}`` from the counters, without reading any task."""
+        key = self.keys.counts
+        raw = self._read(key, lambda c: c.hgetall(key))
+        result: dict[int, dict[TaskStatus, int]] = {}
+        for field, value in raw.items():
+            status, _, bucket = _text(field).partition(":")
+            if bucket:
+                per = result.setdefault(int(bucket), dict.fromkeys(TaskStatus, 0))
+                per[TaskStatus(status)] = int(value)
+        return result
+
+    def pool_tick(
+        self,
+        *,
+        worker: str,
+        now: datetime,
+        lease_seconds: float,
+        num_buckets: int,
+        wanted: Sequence[int],
+        leaving: bool = False,
+    ) -> tuple[list[int], list[str]]:
+        """One worker's heartbeat and bucket leases in one step (``lua/pool_tick.lua``).
+        Returns ``(buckets this worker now holds, live workers)``; raises ``StoreError`` when
+        the namespace recorded another ``num_buckets``."""
+        k = self.keys
+        keys = [k.workers, k.bucket_owner, k.bucket_until, k.meta]
+        now_ms = encode_dt(now) // 1000
+        args = [worker, now_ms, max(1, round(lease_seconds * 1000)), num_buckets,
+                "1" if leaving else "0", len(wanted), *wanted]  # fmt: skip
+        reply = self._run(
+            "pool_tick", keys, args, namespace=self.namespace, num_buckets=num_buckets
+        )
+        return [int(b) for b in reply[1]], [_text(w) for w in reply[2]]
+
+    def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
+        """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""
+        k = self.keys
+        workers: list[tuple[bytes, float]] = self._read(
+            k.workers,
+            lambda c: c.zrange(k.workers, 0, -1, withscores=True),  # type: ignore[arg-type,return-value]
+        )
+        owners: dict[bytes, bytes] = self._read(
+            k.bucket_owner,
+            lambda c: c.hgetall(k.bucket_owner),  # type: ignore[arg-type,return-value]
+        )
+        return (
+            {_text(w): decode_dt(int(score) * 1000) for w, score in workers},
+            {int(b): _text(w) for b, w in owners.items()},
+        )
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client (for the runtime's pub/sub nudges)."""
+        return self._client
+
+    # -- the change feed -------------------------------------------------------------------
+
+    def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
+        """One page of the change feed (``ChangeFeed.changes``; ``lua/changes.lua``)."""
+        position, size = parse_cursor(after), check_page_limit(limit)
+        reply = self._run("changes", [self.keys.root], [position, size], after=position)
+        items: list[TaskSnapshot | Tombstone] = []
+        for i in range(2, len(reply), 3):
+            value: bytes = reply[i + 1]
+            if value[:1] == b"t":
+                items.append(self._decode_task(_text(value[1:]), pairs(reply[i + 2])))
+            else:
+                chunk = self.keys.feed_chunk(int(reply[i]) // 128)
+                items.append(decode_tombstone(value[1:], chunk))
+        last = int(reply[len(reply) - 3]) if items else None
+        return page_of(items, last, position)
+
+    def feed_stats(self) -> FeedStats:
+        """The feed's head, size (live tasks + tombstones) and tombstone count."""
+        key = self.keys.feed
+        head, tombs = self._read(key, lambda c: c.hmget(key, "head", "tombs"))
+        tasks = sum(self.counts().values())
+        tombstones = int(tombs or 0)
+        return FeedStats(int(head or 0), tasks + tombstones, tombstones)

@@ -9,6 +9,7 @@ failures on ``InMemoryTaskStore``, so a failure means the broken behaviour, not 
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,30 +24,15 @@ from tests.broken_stores_review import CAUGHT_BY as REVIEW_CAUGHT_BY
 from tests.broken_stores_review import REVIEW
 from tests.broken_stores_round_two import CAUGHT_BY as ROUND_TWO_CAUGHT_BY
 from tests.broken_stores_round_two import ROUND_TWO
+from tests.support.contract_runner import failures_of
 
 CONTRACT_TESTS = sorted(name for name in dir(StoreContract) if name.startswith("test_"))
 
 
+@functools.cache  # the round-two stores are judged twice: run the suite on each once
 def run_contract(factory: Callable[[], TaskStore]) -> dict[str, str]:
     """Run every contract test against stores from ``factory``; ``{test: why}`` per failure."""
-
-    class Bound(StoreContract):
-        def make_store(self) -> TaskStore:
-            return factory()
-
-    failures: dict[str, str] = {}
-    for name in CONTRACT_TESTS:
-        case = Bound()
-        method = getattr(case, name)
-        try:
-            case.setup_method(method)
-            try:
-                method()
-            finally:
-                case.teardown_method(method)
-        except Exception as exc:
-            failures[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-    return failures
+    return failures_of(StoreContract, factory)
 
 
 def test_the_contract_has_enough_tests_to_mean_something() -> None:

@@ -21,6 +21,7 @@ import pytest
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
 from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, EXPECTED, SOUND
+from tests.support.contract_runner import failures_of
 
 CONTRACT_TESTS = sorted(name for name in dir(ExtensionsContract) if name.startswith("test_"))
 
@@ -29,26 +30,7 @@ def run_contract(
     factory: Callable[[], TaskStore], expected: frozenset[str] = EXPECTED
 ) -> dict[str, str]:
     """Run every extensions test against stores from ``factory``; ``{test: why}`` per failure."""
-
-    class Bound(ExtensionsContract):
-        expected_extensions = expected
-
-        def make_store(self) -> TaskStore:
-            return factory()
-
-    failures: dict[str, str] = {}
-    for name in CONTRACT_TESTS:
-        case = Bound()
-        method = getattr(case, name)
-        try:
-            case.setup_method(method)
-            try:
-                method()
-            finally:
-                case.teardown_method(method)
-        except Exception as exc:
-            failures[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-    return failures
+    return failures_of(ExtensionsContract, factory, expected_extensions=expected)
 
 
 def test_the_contract_has_enough_tests_to_mean_something() -> None:

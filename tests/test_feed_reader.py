@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -238,10 +237,6 @@ def test_limit_is_checked() -> None:
     for bad in (0, 257):
         with pytest.raises(ValueError):
             FeedReader(InMemoryTaskStore(), SqliteFeedConsumer(":memory:"), limit=bad)
-
-
-def test_replace_keeps_a_snapshot_valid() -> None:  # guards the helper above
-    assert replace(task("a"), status_version=2).status_version == 2
 
 
 def test_a_commit_refused_by_a_locked_database_rolls_back_and_the_next_step_works(

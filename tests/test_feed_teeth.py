@@ -20,30 +20,14 @@ import pytest
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.testing.feed_contract import FeedContract
 from tests.broken_feeds import BROKEN_FEEDS, CAUGHT_BY, SOUND
+from tests.support.contract_runner import failures_of
 
 CONTRACT_TESTS = sorted(name for name in dir(FeedContract) if name.startswith("test_"))
 
 
 def run_contract(factory: Callable[[], TaskStore]) -> dict[str, str]:
     """Run every feed test against stores from ``factory``; ``{test: why}`` per failure."""
-
-    class Bound(FeedContract):
-        def make_store(self) -> TaskStore:
-            return factory()
-
-    failures: dict[str, str] = {}
-    for name in CONTRACT_TESTS:
-        case = Bound()
-        method = getattr(case, name)
-        try:
-            case.setup_method(method)
-            try:
-                method()
-            finally:
-                case.teardown_method(method)
-        except Exception as exc:
-            failures[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-    return failures
+    return failures_of(FeedContract, factory)
 
 
 def test_the_contract_has_enough_tests_to_mean_something() -> None:

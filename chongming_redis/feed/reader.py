@@ -12,17 +12,17 @@ is not "caught up".
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from chongming_redis.errors import InvalidCursor
 from chongming_redis.model import ChangePage, TaskSnapshot, Tombstone
+from chongming_redis.stores._feed import parse_cursor
 from chongming_redis.stores.protocol import ChangeFeed
 
 Item = TaskSnapshot | Tombstone
-_CANONICAL = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 
 
 class PageRejected(Exception):
@@ -129,8 +129,10 @@ def check_page(page: Any, cursor: str, limit: int) -> None:
     """Everything a page must be before anything of it is applied."""
     if not isinstance(page, ChangePage):
         raise PageRejected(f"not a ChangePage: {type(page).__name__}")
-    if not isinstance(page.next_cursor, str) or not _CANONICAL.fullmatch(page.next_cursor):
-        raise PageRejected(f"next_cursor {page.next_cursor!r} is not canonical decimal")
+    try:
+        parse_cursor(page.next_cursor)
+    except (TypeError, InvalidCursor):
+        raise PageRejected(f"next_cursor {page.next_cursor!r} is not canonical decimal") from None
     if len(page.tasks) > limit:
         raise PageRejected(f"page of {len(page.tasks)} items, asked for at most {limit}")
     before, after = int(cursor), int(page.next_cursor)

@@ -47,7 +47,7 @@ from chongming_redis.runtime.commands import CommandHandler
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.held import HeldTasks, holder
 from chongming_redis.runtime.loops import every
-from chongming_redis.runtime.notify import WORK, LocalNotifier, RedisNotifier
+from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.retry import RetryPolicy
 from chongming_redis.runtime.runner import Runner
@@ -258,6 +258,7 @@ class Controller:
         self.bucket_pool = BucketPool(
             self.adapter.pool, owner=self.owner, num_buckets=self.buckets.num_buckets,
             clock=self.clock, on_change=self.serve, worker_lease=worker_lease,
+            announce=lambda: self.notifier.publish(POOL),
         )  # fmt: skip
         self.serve(frozenset())  # nothing until the first tick says what is ours
         return self.bucket_pool
@@ -267,14 +268,18 @@ class Controller:
         if self._running.is_set():
             return
         self.clock.sync()
+        self.notifier.subscribe(self.owner, self._wake_commands)
+        self.notifier.subscribe(WORK, self._wake_starter)
+        self.notifier.subscribe(WORK, self._wake_commands)
         if self.bucket_pool is not None:
+            self.notifier.subscribe(POOL, self.bucket_pool.wake)
+            # Listening before joining: the owners answer our arrival within milliseconds,
+            # and a missed answer would cost a whole pool tick.
+            self.notifier.wait_listening(timeout=2.0)
             self.bucket_pool.start()
         self._running.set()
         self._accepting.set()
         self.runner.open(self.owner)
-        self.notifier.subscribe(self.owner, self._wake_commands)
-        self.notifier.subscribe(WORK, self._wake_starter)
-        self.notifier.subscribe(WORK, self._wake_commands)
         c, running = self.config, self._running
         loops: list[tuple[str, Callable[[], None]]] = [
             ("supervisor", lambda: supervise(self.writer, running)),

@@ -1,7 +1,8 @@
 """Nudges: wake a process now instead of at its next poll (polling stays the fallback).
 
-``RedisNotifier`` publishes on ``{ns}:nudge:<owner>`` (a command for a task that owner holds)
-and ``{ns}:nudge:work`` (a task was submitted); a listener thread sets events. Pub/sub is
+``RedisNotifier`` publishes on ``{ns}:nudge:<owner>`` (a command for a task that owner holds),
+``{ns}:nudge:work`` (a task was submitted) and ``{ns}:nudge:pool`` (the bucket pool changed);
+a listener thread sets events. Pub/sub is
 fire-and-forget: a lost nudge only delays the reaction to the next poll.
 ``LocalNotifier`` does the same inside one process (for ``InMemoryTaskStore``).
 """
@@ -16,6 +17,8 @@ from typing import Any, ClassVar
 log = logging.getLogger("chongming_redis.runtime")
 
 WORK = "work"
+#: A worker joined, left or moved buckets: the bucket pool's members tick now.
+POOL = "pool"
 
 
 class LocalNotifier:
@@ -35,6 +38,9 @@ class LocalNotifier:
         with self._lock:
             self._events.setdefault((self._scope, topic), []).append(event)
             self._mine.append(((self._scope, topic), event))
+
+    def wait_listening(self, timeout: float) -> bool:
+        return True  # in-process: a subscription is in place when subscribe returns
 
     def close(self) -> None:
         """Drop this notifier's own subscriptions (other controllers on the store keep theirs)."""
@@ -56,6 +62,7 @@ class RedisNotifier:
         self._pubsub: Any = None
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
+        self._listening = threading.Event()  # every topic asked for so far is subscribed
 
     def publish(self, topic: str) -> None:
         try:
@@ -65,6 +72,7 @@ class RedisNotifier:
 
     def subscribe(self, topic: str, event: threading.Event) -> None:
         self._events.setdefault(self._prefix + topic, []).append(event)
+        self._listening.clear()
         if self._thread is None:
             self._thread = threading.Thread(target=self._listen, name="nudges", daemon=True)
             self._thread.start()
@@ -80,6 +88,8 @@ class RedisNotifier:
                 if missing:
                     self._pubsub.subscribe(*missing)
                     subscribed |= missing
+                if not set(self._events) - subscribed:  # none added meanwhile
+                    self._listening.set()
                 message = self._pubsub.get_message(timeout=0.5)
                 if message is not None:
                     for event in self._events.get(message["channel"].decode(), []):
@@ -88,6 +98,11 @@ class RedisNotifier:
                 log.debug("nudge listener: %s", exc)
                 self._reset()
                 self._closed.wait(0.5)
+
+    def wait_listening(self, timeout: float) -> bool:
+        """Block until every topic subscribed so far is subscribed on the server (at most
+        ``timeout`` seconds): a nudge published after this reaches us."""
+        return self._listening.wait(timeout)
 
     def _reset(self) -> None:
         if self._pubsub is not None:

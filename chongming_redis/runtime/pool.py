@@ -98,7 +98,11 @@ class BucketPool:
         clock: Clock,
         on_change: Callable[[frozenset[int]], None],
         worker_lease: float = 5.0,
+        announce: Callable[[], None] | None = None,
     ) -> None:
+        """``announce``: tell the other workers of the pool to tick now (a nudge); called
+        after a tick that changed this worker's buckets, and on joining and leaving. Without
+        it (or when a nudge is lost) they notice at their next tick, ``worker_lease / 3``."""
         self.store = store
         self.owner = owner
         self.num_buckets = num_buckets
@@ -108,6 +112,9 @@ class BucketPool:
         self.held: frozenset[int] = frozenset()
         self.live: list[str] = []
         self.moves = 0
+        self.announce = announce or (lambda: None)
+        #: Set by a nudge: the next tick happens now, not at the end of the interval.
+        self.wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -137,15 +144,24 @@ class BucketPool:
                      self.owner, gained, lost, len(new), len(live))  # fmt: skip
             self.held = new
             self.on_change(new)
+            # The others decide their shares from ours: a release lets a newcomer take the
+            # buckets now, a take lets the old owner see it is done. Quiet when nothing moved,
+            # so the nudges stop once the pool has settled.
+            self.announce()
         return new
 
     def start(self) -> None:
         self.tick()  # refuse to start on a num_buckets mismatch, before any task runs
+        self.announce()  # a newcomer: the owners shed its share now, not a tick later
         self._thread = threading.Thread(target=self._loop, name=f"{self.owner}-pool", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.worker_lease / 3):
+        while not self._stop.is_set():
+            self.wake.wait(self.worker_lease / 3)
+            self.wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.tick()
             except StoreUnavailable as exc:
@@ -156,9 +172,11 @@ class BucketPool:
     def stop(self) -> None:
         """Leave the pool: release every bucket and unregister, so others take over at once."""
         self._stop.set()
+        self.wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         try:
             self.tick(leaving=True)
+            self.announce()  # its buckets are free: the others take them now
         except StoreError as exc:
             log.warning("%s: could not leave the pool cleanly: %s", self.owner, exc)

@@ -117,9 +117,11 @@ class CallCounter:
     def instrument(self, store: RedisTaskStore, controller: Controller) -> None:
         run = store._run
 
-        def counted_run(name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        def counted_run(
+            name: str, keys: Sequence[str], args: Sequence[Any], **options: Any
+        ) -> list[Any]:
             started = time.perf_counter()
-            reply = run(name, keys, args)
+            reply = run(name, keys, args, **options)
             kind = name if reply[0] != "CONFLICT" else f"{name} (conflict)"
             self.add(kind, time.perf_counter() - started)
             return reply
@@ -129,7 +131,7 @@ class CallCounter:
             setattr(store, method, self._wrap(method, getattr(store, method)))
         notifier = controller.notifier
         notifier.publish = self._wrap("publish", notifier.publish)  # type: ignore[method-assign]
-        start_available = controller.start_available
+        start_available = controller.runner.start_available
 
         def timed_start() -> int:
             started = time.perf_counter()
@@ -139,7 +141,7 @@ class CallCounter:
                 self.counts["starter passes"] += 1
             return count
 
-        controller.start_available = timed_start  # type: ignore[method-assign]
+        controller.runner.start_available = timed_start  # type: ignore[method-assign]
 
     def _wrap(self, kind: str, call: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:

@@ -59,39 +59,45 @@ for i = 1, tonumber(count) do
   seen[args.id] = true
   local key = root .. 't:' .. args.id
   local item = { args = args, key = key, entries = entries, code = 'OK', actual = '' }
-  local kind = key_type(key)
   if creating then
     item.create = true
+    local kind = key_type(key)
     if kind ~= 'none' and kind ~= 'hash' then
       return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
     elseif kind == 'hash' then
       item.code = rcall('HGET', key, 'w') == args.token and 'APPLIED' or 'EXISTS'
     end
-  elseif kind == 'none' then
-    item.code = 'CONFLICT'
-  elseif kind ~= 'hash' then
-    return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
   else
-    local stored = rcall('HMGET', key, 'v', 'w', 'fs')
-    if not is_uint(stored[1]) then
+    -- One HMGET reads and type-checks the version, the token, the feed position and the
+    -- index view.
+    local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g')
+    if not f then return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
+    if not f[1] and rcall('EXISTS', key) == 0 then
+      item.code = 'CONFLICT'
+    elseif not is_uint(f[1]) then
       return corrupt(key, 'v', 'status_version is missing or not a canonical integer')
-    end
-    if stored[1] ~= args.expect then
-      if stored[1] == args.version and stored[2] == args.token then
+    elseif f[1] ~= args.expect then
+      if f[1] == args.version and f[2] == args.token then
         item.code = 'APPLIED'
       else
-        item.code, item.actual = 'CONFLICT', stored[1]
+        item.code, item.actual = 'CONFLICT', f[1]
       end
     else
-      local old, bad = read_index_view(key)
+      local old, bad = index_view_of(key, f, 4)
       if not old then return bad end
-      item.old, item.position = old, stored[3]
+      item.old, item.position = old, f[3]
     end
   end
-  local history = root .. 'h:' .. args.id
-  local hkind = key_type(history)
-  if hkind ~= 'none' and hkind ~= 'zset' then
-    return corrupt(history, '', 'key holds a ' .. hkind .. ', not a sorted set')
+  -- Which entries the history lacks (one ZCOUNT each, which also type-checks the key).
+  -- The first entry of a version wins, as if they were added one by one.
+  local history, versions = root .. 'h:' .. args.id, {}
+  for _, e in ipairs(entries) do
+    local logged, hkind = try_read('ZCOUNT', history, e.version, e.version)
+    if not logged then
+      return corrupt(history, '', 'key holds a ' .. hkind .. ', not a sorted set')
+    end
+    e.missing = logged == 0 and not versions[e.version]
+    versions[e.version] = true
   end
   item.history = history
   items[i] = item
@@ -115,13 +121,18 @@ for _, item in ipairs(items) do
     end
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
+    local missing = {}
     for _, e in ipairs(item.entries) do
-      if rcall('ZCOUNT', item.history, e.version, e.version) == 0 then
-        rcall('ZADD', item.history, e.version, e.entry)
+      if e.missing then
+        missing[#missing + 1] = e.version
+        missing[#missing + 1] = e.entry
       end
     end
+    if #missing > 0 then rcall('ZADD', item.history, unpack(missing)) end
   end
   reply[#reply + 1] = item.code
   reply[#reply + 1] = item.actual
 end
+counts_flush()
+feed_flush(root)
 return reply

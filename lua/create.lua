@@ -35,4 +35,6 @@ end
 
 rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, nil, args.id), unpack(args.writes))
 index_add(root, args.id, args.view)
+counts_flush()
+feed_flush(root)
 return { 'OK' }

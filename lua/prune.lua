@@ -63,4 +63,6 @@ for i = 1, #doomed do
     rcall('ZREM', term, d.id) -- a dangling index entry: drop it, nothing else to remove
   end
 end
+counts_flush()
+feed_flush(root)
 return { 'OK', #doomed, excess - #doomed }

@@ -54,4 +54,6 @@ rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, stored[3], args.i
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end
+counts_flush()
+feed_flush(root)
 return { 'OK' }

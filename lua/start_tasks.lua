@@ -83,49 +83,56 @@ table.sort(candidates, function(a, b)
   return bytes_less(a.id, b.id)
 end)
 
--- Pass 1: read and validate; pick the ones that may start now.
+-- Pass 1: read and validate; pick the ones that may start now. One HMGET per candidate reads
+-- and type-checks the task, one ZCOUNT the history (is the entry of the new version there?).
 local chosen = {}
 for i = 1, #candidates do
   if #chosen >= limit then break end
   local id = candidates[i].id
   local key = root .. 't:' .. id
-  if key_type(key) ~= 'hash' then return corrupt(key, '', 'indexed task is missing or not a hash') end
-  local view, bad = read_index_view(key)
-  if not view then return bad end
-  local extra = rcall('HMGET', key, 'v', 'nb', 'at', 'fs')
-  if not is_uint(extra[1]) then return corrupt(key, 'v', 'status_version malformed') end
-  if extra[2] and not is_uint(extra[2]) then return corrupt(key, 'nb', 'not_before malformed') end
-  if extra[3] and not is_uint(extra[3]) then return corrupt(key, 'at', 'attempt malformed') end
-  local hkind = key_type(root .. 'h:' .. id)
-  if hkind ~= 'none' and hkind ~= 'zset' then
-    return corrupt(root .. 'h:' .. id, '', 'history is not a sorted set')
+  local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'v', 'nb', 'at', 'fs')
+  if not f or not f[7] and rcall('EXISTS', key) == 0 then
+    return corrupt(key, '', 'indexed task is missing or not a hash')
   end
-  if view.s == 'pending' and (not extra[2] or tonumber(extra[2]) <= tonumber(now)) then
-    chosen[#chosen + 1] = { id = id, key = key, view = view, version = tonumber(extra[1]),
-                            attempt = extra[3] or '1', position = extra[4] }
+  local view, bad = index_view_of(key, f)
+  if not view then return bad end
+  if not is_uint(f[7]) then return corrupt(key, 'v', 'status_version malformed') end
+  if f[8] and not is_uint(f[8]) then return corrupt(key, 'nb', 'not_before malformed') end
+  if f[9] and not is_uint(f[9]) then return corrupt(key, 'at', 'attempt malformed') end
+  local version = tonumber(f[7]) + 1
+  local history = root .. 'h:' .. id
+  local logged = try_read('ZCOUNT', history, version, version)
+  if not logged then return corrupt(history, '', 'history is not a sorted set') end
+  if view.s == 'pending' and (not f[8] or tonumber(f[8]) <= tonumber(now)) then
+    chosen[#chosen + 1] = { id = id, key = key, view = view, version = version,
+                            attempt = f[9] or '1', position = f[10], history = history,
+                            logged = logged > 0 }
   end
 end
 
--- Pass 2: writes.
-local reply = { 'OK' }
+-- Pass 2: writes. Counters and feed chunks are written once for the batch (the flushes).
+local reply, started = { 'OK' }, {}
 for _, c in ipairs(chosen) do
-  local version = c.version + 1
   local running = {}
   for k, v in pairs(c.view) do running[k] = v end
   running.s = 'running'
-  rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', version), 'u', now, 'hb', now,
+  rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', c.version), 'u', now, 'hb', now,
     'fs', feed_next(root, c.position, c.id),
     'lo', owner, 'lu', lease_until, 'w', token)
   index_move(root, c.id, c.view, running)
-  local history = root .. 'h:' .. c.id
-  if rcall('ZCOUNT', history, version, version) == 0 then
+  if not c.logged then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'
-    rcall('ZADD', history, version,
-      history_entry(version, 'P', 'R', tonumber(now), reason))
+    rcall('ZADD', c.history, c.version,
+      history_entry(c.version, 'P', 'R', tonumber(now), reason))
   end
-  rcall('RPUSH', memo, c.id)
+  started[#started + 1] = c.id
   reply[#reply + 1] = c.id
   reply[#reply + 1] = rcall('HGETALL', c.key)
 end
-if #chosen > 0 then rcall('PEXPIRE', memo, memo_ttl) end
+counts_flush()
+feed_flush(root)
+if #started > 0 then
+  rcall('RPUSH', memo, unpack(started))
+  rcall('PEXPIRE', memo, memo_ttl)
+end
 return reply

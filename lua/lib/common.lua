@@ -33,6 +33,14 @@ local function badarg(detail) return { 'BADARG', detail } end
 
 local function key_type(key) return rcall('TYPE', key)['ok'] end
 
+-- A read that also checks the key's type: the reply, or (nil, the key's type) when the key
+-- holds another kind of value (WRONGTYPE). One command where TYPE + the read would be two.
+local function try_read(command, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then return nil, key_type(key) end
+  return reply
+end
+
 -- Byte-wise string order (memcmp), the order Redis uses for equal scores. Lua's own '<' uses
 -- strcoll, which depends on the server's locale.
 local function bytes_less(a, b)

@@ -14,12 +14,34 @@
 -- {ns}:nm:<status>:<bucket> (name -> count) lists the names present in each combination, so
 -- a query finds the index keys it must merge without any scan.
 
-local function count_up(key, field)
-  rcall('HINCRBY', key, field, 1)
+-- Counter changes are summed per (key, field) and written once, by counts_flush, at the end of
+-- the script: a batch of 100 starts moves four counters 100 times each but writes each once.
+-- Every script that writes through these functions calls counts_flush() before it returns;
+-- nothing reads a counter between the first write and the flush.
+local COUNT_DELTAS, COUNT_KEYS = {}, {}
+
+local function count_add(key, field, delta)
+  local fields = COUNT_DELTAS[key]
+  if not fields then
+    fields = {}
+    COUNT_DELTAS[key] = fields
+    COUNT_KEYS[#COUNT_KEYS + 1] = key
+  end
+  fields[field] = (fields[field] or 0) + delta
 end
 
-local function count_down(key, field)
-  if rcall('HINCRBY', key, field, -1) <= 0 then rcall('HDEL', key, field) end
+local function count_up(key, field) count_add(key, field, 1) end
+local function count_down(key, field) count_add(key, field, -1) end
+
+-- Write the summed counter changes; a counter that reaches 0 is deleted (so a hash of counts
+-- lists only what exists). Keys in first-touched order: the same call writes the same way.
+local function counts_flush()
+  for _, key in ipairs(COUNT_KEYS) do
+    for field, delta in pairs(COUNT_DELTAS[key]) do
+      if delta ~= 0 and rcall('HINCRBY', key, field, delta) <= 0 then rcall('HDEL', key, field) end
+    end
+  end
+  COUNT_DELTAS, COUNT_KEYS = {}, {}
 end
 
 local function index_add(root, id, t)

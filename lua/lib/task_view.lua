@@ -17,10 +17,15 @@ local function decode_tags(text)
   return tags
 end
 
--- The index view of a stored task hash, or (nil, corrupt reply) if it does not decode.
-local function read_index_view(key)
-  local v = rcall('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g')
-  local t = { s = v[1], b = v[2], c = v[3], n = v[4], p = v[5] or nil, g = v[6] }
+-- The hash fields of an index view, in the order index_view_of takes their values.
+local VIEW_FIELDS = { 's', 'b', 'c', 'n', 'p', 'g' }
+
+-- The index view from the values of VIEW_FIELDS read from `key` (starting at v[first], 1 by
+-- default), or (nil, corrupt reply) if they do not decode.
+local function index_view_of(key, v, first)
+  local o = (first or 1) - 1
+  local t = { s = v[o + 1], b = v[o + 2], c = v[o + 3], n = v[o + 4], p = v[o + 5] or nil,
+              g = v[o + 6] }
   if not t.s or not STATUSES[t.s] then return nil, corrupt(key, 's', 'unknown or missing status') end
   if not is_uint(t.b) then return nil, corrupt(key, 'b', 'bucket is not a canonical integer') end
   if not is_uint(t.c) then return nil, corrupt(key, 'c', 'created_at is not a canonical integer') end
@@ -29,6 +34,11 @@ local function read_index_view(key)
   t.tags = decode_tags(t.g or '[]')
   if not t.tags then return nil, corrupt(key, 'g', 'tags are not a JSON array of strings') end
   return t, nil
+end
+
+-- The index view of a stored task hash, or (nil, corrupt reply) if it does not decode.
+local function read_index_view(key)
+  return index_view_of(key, rcall('HMGET', key, unpack(VIEW_FIELDS)))
 end
 
 -- True when the two views index the task differently (so the entries must move).

@@ -28,3 +28,9 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# chongming next to dramatiq, huey and taskiq (bench/peers): `make bench-peers ARGS=--quick`
+.PHONY: bench-peers
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m bench.peers $(ARGS)

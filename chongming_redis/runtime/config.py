@@ -15,6 +15,9 @@ class ControllerConfig:
     ``command_lease``: how long a claimed command stays this process's.
     ``task_lease``: the supervisor lease written on every held task (renewed every third).
     ``concurrency``: task slots (threads) of this process.
+    ``prefetch``: at most this many started tasks wait for a free slot (0: none). The runner
+    prefetches only what its slots finish during one start round trip (``Runner``), so long
+    tasks never wait behind each other in a worker that could not run them yet.
     ``start_poll_interval``: how often the starter looks for work when not nudged.
     ``reconcile_interval``: how often expired leases are looked for.
     ``progress_interval``: the supervisor's tick (progress and heartbeats are coalesced to it).
@@ -26,6 +29,7 @@ class ControllerConfig:
     command_lease: float = 30.0
     task_lease: float = 30.0
     concurrency: int = 4
+    prefetch: int = 64
     start_poll_interval: float = 1.0
     reconcile_interval: float = 5.0
     progress_interval: float = 0.5
@@ -37,8 +41,8 @@ class ControllerConfig:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise TypeError(f"{f.name} must be a number, not {type(value).__name__}")
-            if not math.isfinite(value) or value <= 0:
+            if not math.isfinite(value) or value < 0 or (value == 0 and f.name != "prefetch"):
                 raise ValueError(f"{f.name} must be a positive finite number, not {value!r}")
-        for name in ("concurrency", "max_result_bytes"):
+        for name in ("concurrency", "prefetch", "max_result_bytes"):
             if not isinstance(getattr(self, name), int):
                 raise TypeError(f"{name} must be an int")

@@ -61,11 +61,21 @@ class TaskContext:
             if progress is not None:
                 self.progress = progress
                 self.progress_dirty = True
-            while True:
-                self._raise_if_interrupted()
-                if not self._paused:
-                    return
-                self._cond.wait(timeout=0.2)
+            self._gate()
+
+    def gate(self) -> None:
+        """What a checkpoint does besides the heartbeat: raise on a stop or a loss, block while
+        paused. The runner calls it before the task function starts, so a task stopped or
+        paused while it waited for a free slot never begins its work."""
+        with self._cond:
+            self._gate()
+
+    def _gate(self) -> None:
+        while True:
+            self._raise_if_interrupted()
+            if not self._paused:
+                return
+            self._cond.wait(timeout=0.2)
 
     @property
     def stop_requested(self) -> bool:

@@ -9,6 +9,7 @@ that finished since the last round trip — or writes them at once where the sto
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -53,6 +54,9 @@ class Runner:
         self.group_commit = False
         self.commits: queue.Queue[Held] = queue.Queue()
         self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._outstanding = 0  # started here, task function not yet returned
+        self._window = Window(self.config.concurrency, self.config.prefetch)
 
     def open(self, owner: str) -> None:
         self.group_commit = self.writer.adapter.batching
@@ -66,8 +70,9 @@ class Runner:
     # -- starting --------------------------------------------------------------------------
 
     def start_available(self) -> int:
-        """Start as many eligible ``PENDING`` tasks as there are free slots; returns how many."""
-        free = self.config.concurrency - len(self.held.active())
+        """Start as many eligible ``PENDING`` tasks as the window has room for (the free slots,
+        plus the prefetch the measured task and round-trip times call for); returns how many."""
+        free = self._window.size() - self._outstanding
         if free <= 0 or not self.accepting.is_set():
             return 0
         buckets = self.serving()
@@ -80,6 +85,8 @@ class Runner:
             buckets=buckets, num_buckets=self.num_buckets,
             limit=min(free, 100), names=frozenset(self.app.types),
         )  # fmt: skip
+        if started:
+            self._window.round_trip(time.monotonic() - renewed_at)
         for one in started:  # where the start could not write the lease or history: now
             held = self._hold(one.snapshot, renewed_at if one.leased else None, one.unwritten)
             if not one.leased:
@@ -100,17 +107,30 @@ class Runner:
             ctx.extend_lease(renewed_at + self.config.task_lease * 0.8)
         self.held.add(held)
         assert self._executor is not None
-        future: Future[None] = self._executor.submit(self._execute, held)
+        with self._lock:
+            self._outstanding += 1
+        future: Future[None] = self._executor.submit(self._run_slot, held)
         future.add_done_callback(_log_crash)
         return held
 
     # -- running ---------------------------------------------------------------------------
+
+    def _run_slot(self, held: Held) -> None:
+        """One slot's turn: run the task, then free the slot and measure how long it ran."""
+        began = time.monotonic()
+        try:
+            self._execute(held)
+        finally:
+            self._window.ran(time.monotonic() - began)
+            with self._lock:
+                self._outstanding -= 1
 
     def _execute(self, held: Held) -> None:
         """The run-a-task path: call the function, then record how it ended."""
         snapshot, ctx = held.snapshot, held.ctx
         task_type = self.app.types[snapshot.name]
         try:
+            ctx.gate()  # stopped or paused while it waited for this slot (prefetched)
             params = task_type.load(snapshot.params)
             if task_type.isolation == "process":
                 result = run_in_process(ctx, task_type.fn, params)
@@ -176,6 +196,10 @@ class Runner:
         if self.group_commit and not write_now:  # many finished tasks per round trip
             held.queued = True
             self.commits.put(held)
+            # Its slot is free now (a done task is not active): start the next task while
+            # this one's commit is on its way, instead of one round trip later. Under load
+            # the starter is busy, and the slots freed meanwhile make up its next batch.
+            self.wake_starter.set()
             return
         self.writer.flush(held)
         self.settle(held)
@@ -214,3 +238,36 @@ class Runner:
 def _log_crash(future: Future[None]) -> None:
     if future.exception() is not None:
         log.error("task runner crashed: %r", future.exception())
+
+
+class Window:
+    """How many started tasks a process may have outstanding: ``concurrency`` running, plus a
+    prefetch sized like a bandwidth-delay product — the tasks the slots finish during one
+    start round trip, ``concurrency * round_trip / run_time`` (at most ``prefetch``). A
+    worker of short tasks starts its next batch while the current one runs (a no-op drain
+    would otherwise wait one round trip per ``concurrency`` tasks); a worker of tasks much
+    longer than a round trip prefetches nothing, so no task waits behind a long one while
+    another worker could run it. Both times are moving averages of what this process saw;
+    before the first measurements there is no prefetch."""
+
+    def __init__(self, concurrency: int, prefetch: int, weight: float = 0.2) -> None:
+        self.concurrency = concurrency
+        self.prefetch = prefetch
+        self.weight = weight
+        self.run_time: float | None = None
+        self.round_trip_time: float | None = None
+
+    def ran(self, seconds: float) -> None:
+        self.run_time = self._average(self.run_time, seconds)
+
+    def round_trip(self, seconds: float) -> None:
+        self.round_trip_time = self._average(self.round_trip_time, seconds)
+
+    def size(self) -> int:
+        if not self.prefetch or self.run_time is None or self.round_trip_time is None:
+            return self.concurrency
+        wanted = self.concurrency * self.round_trip_time / max(self.run_time, 1e-6)
+        return self.concurrency + min(self.prefetch, math.ceil(wanted))
+
+    def _average(self, old: float | None, sample: float) -> float:
+        return sample if old is None else old + self.weight * (sample - old)

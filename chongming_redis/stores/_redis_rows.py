@@ -4,13 +4,21 @@ statuses), hash field changes, the index a query walks, write tokens."""
 from __future__ import annotations
 
 import secrets
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgpack
 
 from chongming_redis.errors import CorruptRecord
-from chongming_redis.model import TaskQuery, Transition
-from chongming_redis.stores.codec import Row, RowError, row_to_transition, transition_to_row
+from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stores.codec import (
+    Row,
+    RowError,
+    decode_payload,
+    row_to_transition,
+    transition_to_row,
+)
+from chongming_redis.validation import EPOCH, MAX_EPOCH_US
 
 _ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
 
@@ -81,3 +89,61 @@ def decode_entry(task_id: str, key: str, member: bytes) -> Transition:
         raise CorruptRecord(key, exc.column, exc.detail) from None
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise CorruptRecord(key, None, f"history entry does not decode: {exc}") from None
+
+
+# -- the common task hash, decoded fast ----------------------------------------------------------
+
+_STATUSES = {status.value.encode(): status for status in TaskStatus}
+#: Fields whose presence sends a hash to the strict decoder (progress, failure): rare in the
+#: rows the runtime reads back hot (started tasks).
+_RARE_FIELDS = (b"pc", b"pt", b"pm", b"ft", b"fm", b"fb")
+
+
+def _uint(value: bytes) -> int:
+    """A canonical non-negative decimal, or ``ValueError`` (the strict decoder then names it)."""
+    if not value.isdigit() or (value[0] == 48 and len(value) > 1):  # no sign, space, 0-prefix
+        raise ValueError("not canonical")
+    return int(value)
+
+
+def _when(value: bytes | None) -> datetime | None:
+    if value is None:
+        return None
+    micros = _uint(value)
+    if micros > MAX_EPOCH_US:
+        raise ValueError("out of range")
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
+    """The snapshot of a task hash in the common shape (no tags, progress or failure), decoded
+    without the strict row reader's per-column bookkeeping; ``None`` for anything else or
+    anything odd, which the caller then decodes strictly (and reports precisely, if corrupt).
+    It accepts exactly what the strict decoder accepts for these fields: canonical integers,
+    UTF-8 text, known statuses, msgpack payloads; the model re-checks the rest."""
+    try:
+        tags = f.get(b"g")
+        if (tags is not None and tags != b"[]") or any(k in f for k in _RARE_FIELDS):
+            return None
+        params, result, key = f.get(b"a"), f.get(b"r"), f.get(b"k")
+        pipeline, owner = f.get(b"p"), f.get(b"lo")
+        return TaskSnapshot(
+            task_id=task_id,
+            name=f[b"n"].decode(),
+            status=_STATUSES[f[b"s"]],
+            status_version=_uint(f[b"v"]),
+            created_at=_when(f[b"c"]),  # type: ignore[arg-type]  (KeyError if missing)
+            updated_at=_when(f[b"u"]),  # type: ignore[arg-type]
+            bucket=_uint(f[b"b"]),
+            key=None if key is None else key.decode(),
+            pipeline_run_id=None if pipeline is None else pipeline.decode(),
+            params=None if params is None else decode_payload(params),
+            result=None if result is None else decode_payload(result),
+            heartbeat_at=_when(f.get(b"hb")),
+            lease_owner=None if owner is None else owner.decode(),
+            lease_until=_when(f.get(b"lu")),
+            attempt=_uint(f[b"at"]),
+            not_before=_when(f.get(b"nb")),
+        )
+    except Exception:  # KeyError, UnicodeDecodeError, ValueError, msgpack's own types, ...
+        return None

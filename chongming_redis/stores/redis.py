@@ -50,6 +50,7 @@ from chongming_redis.stores._redis_rows import (
     choose_source,
     decode_entry,
     encode_entry,
+    fast_snapshot,
     field_of,
     hash_changes,
     pairs,
@@ -455,6 +456,9 @@ class RedisTaskStore(RedisExtensions):
         return [row["task_id"], token(), expect, len(deletes), *deletes, *count, *writes]
 
     def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
+        snapshot = fast_snapshot(task_id, fields)
+        if snapshot is not None:
+            return snapshot
         key = self.keys.task(task_id)
         row: dict[str, Primitive] = {"task_id": task_id}
         for field, value in fields.items():

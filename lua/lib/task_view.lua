@@ -6,7 +6,10 @@
 -- Requires lib/common.
 --- @include "lib/common"
 
+local NO_TAGS = {}
+
 local function decode_tags(text)
+  if text == '[]' then return NO_TAGS end -- most tasks have none: no JSON decode (read-only)
   -- cjson decodes a JSON object to a table too ('{}' even equals '[]'): only an array is tags.
   if type(text) ~= 'string' or not string.match(text, '^%s*%[') then return nil end
   local ok, tags = pcall(cjson.decode, text)

@@ -115,6 +115,12 @@ def _when(value: bytes | None) -> datetime | None:
     return EPOCH + timedelta(microseconds=micros)
 
 
+def _required_when(value: bytes) -> datetime:
+    when = _when(value)
+    assert when is not None
+    return when
+
+
 def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
     """The snapshot of a task hash in the common shape (no tags, progress or failure), decoded
     without the strict row reader's per-column bookkeeping; ``None`` for anything else or
@@ -132,8 +138,8 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
             name=f[b"n"].decode(),
             status=_STATUSES[f[b"s"]],
             status_version=_uint(f[b"v"]),
-            created_at=_when(f[b"c"]),  # type: ignore[arg-type]  (KeyError if missing)
-            updated_at=_when(f[b"u"]),  # type: ignore[arg-type]
+            created_at=_required_when(f[b"c"]),
+            updated_at=_required_when(f[b"u"]),
             bucket=_uint(f[b"b"]),
             key=None if key is None else key.decode(),
             pipeline_run_id=None if pipeline is None else pipeline.decode(),

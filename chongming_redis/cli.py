@@ -6,103 +6,31 @@ mistake (unknown task, bad URL, Redis down, bad JSON) prints one line and exits 
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from chongming_redis.env import AUDIT_ENV
-from chongming_redis.errors import StoreError
+from chongming_redis.cli_common import (
+    BucketsOpt,
+    NamespaceOpt,
+    RedisOpt,
+    UserError,
+    console,
+    load_app,
+    open_store,
+    user_errors,
+)
+from chongming_redis.cli_worker import WorkerOptions, run_worker, run_workers
 from chongming_redis.model import TaskQuery, TaskStatus
-from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-console = Console()
-err = Console(stderr=True)
 T = TypeVar("T")
-
-RedisOpt = Annotated[
-    str | None,
-    typer.Option("--redis", envvar="CHONGMING_REDIS_URL", help="redis:// or unix:// URL"),
-]
-NamespaceOpt = Annotated[
-    str, typer.Option("--namespace", envvar="CHONGMING_NAMESPACE", help="store namespace")
-]
-BucketsOpt = Annotated[int, typer.Option("--num-buckets", help="deployment-wide bucket count")]
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed as one line."""
-
-
-def fail(message: str) -> None:
-    # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
-    err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    try:
-        yield
-    except (UserError, StoreError, UnknownTask, InvalidParams, ValueError, TypeError) as exc:
-        fail(_params_line(str(exc)) if isinstance(exc, InvalidParams) else str(exc))
-
-
-def _params_line(text: str) -> str:
-    """pydantic's multi-line report as one line: ``... for Model: frames: Input should be ...``
-    (each error is a location line, an indented message and an indented link)."""
-    head, *rest = text.splitlines()
-    errors, location = [], ""
-    for line in rest:
-        if not line.startswith(" "):
-            location = line
-        elif not line.startswith("    "):
-            message = line.strip().split(" [type=", 1)[0]
-            errors.append(f"{location}: {message}" if location else message)
-            location = ""
-    return f"{head}: {'; '.join(errors)}" if errors else head
-
-
-def open_store(redis_url: str | None, namespace: str) -> Any:
-    from chongming_redis.stores.redis import RedisTaskStore
-
-    if not redis_url:
-        raise UserError("no Redis given: pass --redis URL or set CHONGMING_REDIS_URL")
-    store = RedisTaskStore.from_url(
-        redis_url,
-        namespace=namespace,
-        socket_timeout=5,
-        socket_connect_timeout=2,
-        retries=1,
-        audit=os.environ.get(AUDIT_ENV) == "1",
-    )
-    store.counts()  # fail now, with one line, if the server cannot be reached
-    return store
-
-
-def load_app(spec: str) -> App:
-    """``module:attribute`` naming an ``App``."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise UserError(f"APP must look like 'package.module:app', not {spec!r}")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import {module_name!r}: {exc}") from None
-    found = getattr(module, attribute, None)
-    if not isinstance(found, App):
-        raise UserError(f"{spec!r} is not a chongming_redis App")
-    return found
 
 
 def client(redis_url: str | None, namespace: str, app_spec: str | None = None) -> Any:
@@ -125,6 +53,9 @@ def worker(
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
     concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
+    prefetch: Annotated[
+        int, typer.Option(help="at most this many started tasks wait for a slot (0: none)")
+    ] = 64,
     processes: Annotated[int, typer.Option(help="worker processes to start")] = 1,
     num_buckets: BucketsOpt = 64,
     task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,
@@ -133,54 +64,20 @@ def worker(
 ) -> None:
     """Run tasks of APP: join the namespace's pool and serve a share of its buckets."""
     with user_errors():
-        load_app(app_spec)
-        if processes > 1 or not redis:
-            run_workers(app_spec, redis, namespace, processes, [
-                f"--concurrency={concurrency}", f"--num-buckets={num_buckets}",
-                f"--task-lease={task_lease}", f"--worker-lease={worker_lease}",
-                f"--grace={grace}",
-            ])  # fmt: skip
-            return
-        from chongming_redis.runtime.buckets import BucketPolicy
         from chongming_redis.runtime.config import ControllerConfig
-        from chongming_redis.runtime.controller import Controller
 
-        store = open_store(redis, namespace)
-        owner = f"{os.uname().nodename}-{os.getpid()}"
+        load_app(app_spec)
         config = ControllerConfig(
-            concurrency=concurrency, task_lease=task_lease,
+            concurrency=concurrency, prefetch=prefetch, task_lease=task_lease,
             reconcile_interval=max(0.5, min(5.0, task_lease / 2)),
             command_poll_interval=0.5, start_poll_interval=1.0,
         )  # fmt: skip
-        controller = Controller(store, app=load_app(app_spec), owner=owner, config=config,
-                                buckets=BucketPolicy(num_buckets))  # fmt: skip
-        controller.join_pool(worker_lease=worker_lease)
-        err.print(f"worker {owner}: namespace {namespace!r}, {concurrency} slots")
-        controller.run_forever(grace=grace)
-
-
-def run_workers(
-    app_spec: str, redis: str | None, namespace: str, processes: int, options: list[str]
-) -> None:
-    """Start ``processes`` worker processes (and a private Redis if none is given) and keep
-    them running (``worker_parent``); exits non-zero when they cannot start."""
-    from chongming_redis.embedded import EmbeddedRedis
-    from chongming_redis.worker_parent import supervise_children
-
-    embedded = None
-    if not redis:
-        embedded = EmbeddedRedis().start()
-        redis = embedded.url
-        err.print(f"started a private Redis ({embedded.origin}) at {redis}")
-    command = [sys.executable, "-m", "chongming_redis.cli", "worker", app_spec, f"--redis={redis}",
-               f"--namespace={namespace}", "--processes=1", *options]  # fmt: skip
-    try:
-        status = supervise_children(command, processes, say=lambda line: err.print(line))
-    finally:
-        if embedded is not None:
-            embedded.stop()
-    if status != 0:
-        raise typer.Exit(status)
+        options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
+                                worker_lease, grace)  # fmt: skip
+        if processes > 1 or not redis:
+            run_workers(options, processes)
+        else:
+            run_worker(options)
 
 
 @app.command()

@@ -26,6 +26,7 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.stores import redis as redis_module
 from chongming_redis.stores._keys import Keys
 from chongming_redis.stores.redis import (
     PRUNE_BATCH,
@@ -80,7 +81,6 @@ def test_keys_of_different_kinds_never_collide(a: str, b: str) -> None:
     images = [(i, build(x)) for i, build in enumerate(builders) for x in (a, b)]
     fixed = {
         keys.bucket_names("lost", 3),
-        keys.term,
         keys.counts,
         keys.command_queue,
         keys.command_leases,
@@ -406,6 +406,76 @@ def test_prune_runs_in_bounded_batches_and_removes_every_key_of_a_task(
     assert redis_proc.client().zcard(k.tag("x")) == 10
 
 
+@pytest.mark.parametrize("batch", [1, 7, PRUNE_BATCH])
+def test_prune_merges_the_terminal_indexes_oldest_first_in_bounded_batches(
+    redis_proc: RedisProc, namespace: str, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No list of terminal tasks: prune merges the composite index keys of the four terminal
+    statuses, across buckets and names (one of them large enough to be a skiplist, so the merge
+    refills from it), oldest first with many created_at ties broken by id, leaves every live
+    task, and drops at most one batch per script call."""
+    monkeypatch.setattr(redis_module, "PRUNE_BATCH", batch)
+    redis_store, memory = twin_stores(redis_proc, namespace, 500)
+    rng = random.Random(11)
+    for i in range(300):  # one big key, interleaved in time with the others
+        created = T0 + timedelta(microseconds=rng.randrange(500 // 3))
+        status = TaskStatus.SUCCEEDED if i % 5 else TaskStatus.RUNNING
+        snapshot = task(f"bulk-{rng.randrange(10**6):06d}-{i}", name="bulk", bucket=3,
+                        status=status, created_at=created)  # fmt: skip
+        redis_store.create(snapshot)
+        memory.create(snapshot)
+    live = sorted(s.task_id for s in memory.query() if not s.status.is_terminal)
+    terminal = len(memory.query()) - len(live)
+    replies: list[list[object]] = []
+    original = redis_store._run
+
+    def run(*args: object, **kw: object) -> list[object]:
+        reply = original(*args, **kw)  # type: ignore[arg-type]
+        replies.append(reply)
+        return reply
+
+    redis_store._run = run  # type: ignore[method-assign,assignment]
+    for keep in (terminal, terminal - 1, terminal - 60, 150, 150, 3, 0):
+        replies.clear()
+        expected = memory.prune(keep_terminal=keep)
+        assert redis_store.prune(keep_terminal=keep) == expected
+        assert len(replies) == max(1, -(-expected // batch)), "one call per batch"
+        assert all(int(r[1]) <= batch for r in replies)  # type: ignore[call-overload]
+        assert [s.task_id for s in redis_store.query()] == [s.task_id for s in memory.query()]
+        assert redis_store.counts() == memory.counts()
+    assert sorted(s.task_id for s in redis_store.query()) == live
+
+
+def test_prune_drops_a_dangling_index_entry_with_its_counters(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    for i, task_id in enumerate(("a", "b", "c")):
+        store.create(task(task_id, status=TaskStatus.FAILED, bucket=i,
+                          created_at=T0 + timedelta(seconds=i)))  # fmt: skip
+    redis_proc.client().delete(store.keys.task("a"))  # another client deletes a task hash
+    assert store.prune(keep_terminal=1) == 2
+    assert [s.task_id for s in store.query()] == ["c"]
+    assert store.counts()[TaskStatus.FAILED] == 1
+    assert redis_proc.client().exists(store.keys.index("failed", 0, "job")) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("s", "running"), ("s", "lost"), ("b", "9"), ("n", "other")]
+)
+def test_prune_refuses_a_task_that_does_not_match_its_index_and_changes_nothing(
+    redis_proc: RedisProc, namespace: str, field: str, value: str
+) -> None:
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    client = redis_proc.client()
+    store.create(task("a", status=TaskStatus.SUCCEEDED))
+    client.hset(store.keys.task("a"), field, value)
+    before = dump_namespace(client, namespace)
+    with pytest.raises(CorruptRecord, match=f"field '{field}'"):
+        store.prune(keep_terminal=0)
+    assert dump_namespace(client, namespace) == before
+
+
 def test_a_save_that_changes_indexed_fields_leaves_no_stale_index_entry(
     redis_proc: RedisProc, namespace: str
 ) -> None:
@@ -425,5 +495,11 @@ def test_a_save_that_changes_indexed_fields_leaves_no_stale_index_entry(
     assert client.hgetall(k.bucket_names("pending", 1)) == {}, "an unused name is dropped"
     assert client.hgetall(k.bucket_names("succeeded", 2)) == {b"new-name": b"1"}
     assert client.zscore(k.pipeline("p"), "t") is None
-    assert client.zscore(k.term, "t") is not None
     assert client.hgetall(k.counts) == {b"succeeded": b"1", b"succeeded:2": b"1"}
+    # a terminal task is listed in its composite index only (prune merges those: no other list)
+    assert set(dump_namespace(client, namespace)) == {
+        key.encode()
+        for key in (k.task("t"), k.index("succeeded", 2, "new-name"), k.counts,
+                    k.bucket_names("succeeded", 2), k.tag("b"), k.tag("c"), k.feed,
+                    k.feed_chunk(0), k.feed_chunks)
+    }  # fmt: skip

@@ -16,7 +16,6 @@ key                   type    meaning
 ``{ns}:nm:<st>:<b>``  hash    name -> number of tasks in ``ix:<st>:<b>:<name>``
 ``{ns}:tag:<tag>``    zset    tasks carrying ``tag`` (exact); score = created_at
 ``{ns}:p:<pid>``      zset    tasks of pipeline run ``pid``; score = created_at
-``{ns}:term``         zset    terminal tasks; score = created_at (what ``prune`` drops first)
 ``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
 ``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
@@ -113,7 +112,6 @@ class Keys:
     def __init__(self, namespace: str) -> None:
         self.namespace = check_namespace(namespace)
         self.root = "{" + namespace + "}:"
-        self.term = self.root + "term"
         self.counts = self.root + "counts"
         self.command_queue = self.root + "cq"
         self.command_leases = self.root + "cl"

@@ -368,7 +368,7 @@ class RedisTaskStore(RedisExtensions):
         keep = check.check_keep_terminal(keep_terminal)
         dropped = 0
         while True:
-            reply = self._run("prune", [self.keys.term, self.keys.root], [keep, PRUNE_BATCH])
+            reply = self._run("prune", [self.keys.root], [keep, PRUNE_BATCH])
             batch, still_to_drop = int(reply[1]), int(reply[2])
             dropped += batch
             if still_to_drop <= 0 or batch == 0:

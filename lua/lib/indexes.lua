@@ -12,7 +12,8 @@
 -- bucket, name and name-prefix filters together (queries union the combinations they need);
 -- a separate index per field would cost a sorted-set entry (~120 bytes) per task each.
 -- {ns}:nm:<status>:<bucket> (name -> count) lists the names present in each combination, so
--- a query finds the index keys it must merge without any scan.
+-- a query finds the index keys it must merge without any scan. There is no separate list of
+-- terminal tasks: prune merges the composite index keys of the four terminal statuses.
 
 -- Counter changes are summed per (key, field) and written once, by counts_flush, at the end of
 -- the script: a batch of 100 starts moves four counters 100 times each but writes each once.
@@ -51,7 +52,6 @@ local function index_add(root, id, t)
   count_up(root .. 'counts', t.s .. ':' .. t.b)
   if t.p then rcall('ZADD', root .. 'p:' .. t.p, t.c, id) end
   for i = 1, #t.tags do rcall('ZADD', root .. 'tag:' .. t.tags[i], t.c, id) end
-  if TERMINAL[t.s] then rcall('ZADD', root .. 'term', t.c, id) end
 end
 
 local function index_remove(root, id, t)
@@ -61,7 +61,6 @@ local function index_remove(root, id, t)
   count_down(root .. 'counts', t.s .. ':' .. t.b)
   if t.p then rcall('ZREM', root .. 'p:' .. t.p, id) end
   for i = 1, #t.tags do rcall('ZREM', root .. 'tag:' .. t.tags[i], id) end
-  if TERMINAL[t.s] then rcall('ZREM', root .. 'term', id) end
 end
 
 local function tag_set(t)
@@ -101,8 +100,5 @@ local function index_move(root, id, old, new)
       if not had[tag] or moved_time then rcall('ZADD', root .. 'tag:' .. tag, new.c, id) end
     end
   end
-  local was, is = TERMINAL[old.s], TERMINAL[new.s]
-  if was and (not is or moved_time) then rcall('ZREM', root .. 'term', id) end
-  if is and (not was or moved_time) then rcall('ZADD', root .. 'term', new.c, id) end
 end
 

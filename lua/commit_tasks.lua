@@ -25,6 +25,8 @@ Replies
                     written for the item
   item 'EXISTS'     a create whose id is taken; nothing written for the item
 
+Publishes '1' on the channel {ns}:nudge:work when the call created a task (idle workers wake;
+best effort: an ACL that denies the channel leaves the writes as they are).
 Invariants: a task appears at most once per call (each item is judged against the state
 before the call); as save and append; each written item moves to the next change-feed position
 (lib/feed), in item order; all validation happens before the first write.
@@ -135,4 +137,12 @@ for _, item in ipairs(items) do
 end
 counts_flush()
 feed_flush(root)
+-- New tasks wake idle workers in the same round trip (the runtime's work nudge). pcall: a user
+-- not granted the channel (ACL) still creates; its workers find the task at their next poll.
+for _, item in ipairs(items) do
+  if item.create and item.code == 'OK' then
+    redis.pcall('PUBLISH', root .. 'nudge:work', '1')
+    break
+  end
+end
 return reply

@@ -12,6 +12,8 @@ Replies
   {'CORRUPT', key, field, detail}  the key exists but is not a task hash; nothing written
   {'BADARG', detail}
 
+Publishes '1' on the channel {ns}:nudge:work when it created the task (idle workers wake;
+best effort: an ACL that denies the channel leaves the write as it is).
 Invariants: never overwrites; every index entry and the task's change-feed position (lib/feed)
 are written with the hash, or nothing is.
 Bound: O(number of tags) commands.
@@ -37,4 +39,5 @@ rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, nil, args.id), un
 index_add(root, args.id, args.view)
 counts_flush()
 feed_flush(root)
+redis.pcall('PUBLISH', root .. 'nudge:work', '1') -- idle workers wake (best effort: ACL)
 return { 'OK' }

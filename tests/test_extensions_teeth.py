@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 
 import pytest
 
+from chongming_redis.model import TaskSnapshot
 from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
 from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, EXPECTED, SOUND
 from tests.support.contract_runner import failures_of
+from tests.support.redis_server import RedisProc
+from tests.test_extensions_contract import REDIS
 
 CONTRACT_TESTS = sorted(name for name in dir(ExtensionsContract) if name.startswith("test_"))
 
@@ -57,6 +62,7 @@ def test_every_test_the_reference_runs_pins_a_broken_store() -> None:
         "test_pool_ticks_take_free_buckets_and_never_give_one_two_owners",
         "test_a_pool_tick_with_another_num_buckets_is_refused_and_writes_nothing",
         "test_the_nudge_channel_names_a_namespace_and_a_client",
+        "test_a_store_that_publishes_work_does_so_for_each_create_and_only_then",
     }
     assert set(CONTRACT_TESTS) - set(CAUGHT_BY.values()) == redis_only
 
@@ -78,3 +84,48 @@ def test_the_extensions_contract_module_imports_no_test_framework() -> None:
         "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the nudge a Redis store publishes itself ----------------------------------------------------
+
+
+NUDGE_TEST = "test_a_store_that_publishes_work_does_so_for_each_create_and_only_then"
+
+
+class NudgesAnotherNamespace(RedisTaskStore):
+    """Says it publishes the work nudge, but names another namespace than its scripts use:
+    workers listening where it says never hear of new tasks."""
+
+    @property
+    def namespace(self) -> str:
+        return super().namespace + "-elsewhere"
+
+
+class NudgesOnEverySave(RedisTaskStore):
+    """Publishes the work nudge on saves too: every worker wakes for nothing."""
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        super().save(snapshot, expect_version=expect_version)
+        self.client.publish("{" + self.namespace + "}:nudge:work", b"1")
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("broken", [NudgesAnotherNamespace, NudgesOnEverySave])
+def test_the_work_nudge_test_fails_a_redis_store_that_breaks_it(
+    redis_proc: RedisProc, broken: type[RedisTaskStore]
+) -> None:
+    def make() -> TaskStore:
+        return broken.from_url(redis_proc.url, namespace=f"nudge-{uuid.uuid4().hex[:8]}")
+
+    failures = failures_of(ExtensionsContract, make, expected_extensions=REDIS)
+    assert set(failures) == {
+        "test_a_store_that_publishes_work_does_so_for_each_create_and_only_then"
+    }
+
+
+@pytest.mark.redis
+def test_the_work_nudge_test_passes_the_redis_store(redis_proc: RedisProc) -> None:
+    def make() -> TaskStore:
+        return RedisTaskStore.from_url(redis_proc.url, namespace=f"nudge-{uuid.uuid4().hex[:8]}")
+
+    assert failures_of(ExtensionsContract, make, expected_extensions=REDIS) == {}

@@ -2,16 +2,17 @@
 
 The store user of a namespace ``ns`` is created with exactly::
 
-    ACL SETUSER <user> on >pw resetkeys ~{ns}:* resetchannels +@all -@admin -@dangerous
+    ACL SETUSER <user> on >pw resetkeys ~{ns}:* resetchannels +@all -@admin -@dangerous &{ns}:nudge:*
 
 (the key pattern is ``Keys(ns).pattern()``, glob-escaped). That is enough for every protocol
 method: the scripts run with ``EVALSHA``/``EVALSHA_RO`` (``@scripting``), ``NOSCRIPT`` is
 answered with ``SCRIPT LOAD`` (``@scripting``, not ``@admin``/``@dangerous``), reads are
 ``HGETALL``/``ZRANGEBYSCORE``; ``HELLO`` is always allowed. ``INFO`` is ``@dangerous`` in Redis
 7, so the start-up durability check is denied and skipped with an info log line; that one
-``info`` entry per store user is the only ``ACL LOG`` entry the whole contract produces. No
-channel is granted: the store does not publish (the runtime's nudges, ``{ns}:nudge:*``, would
-need ``&{ns}:nudge:*`` on top, which is outside the store).
+``info`` entry per store user is the only ``ACL LOG`` entry the whole contract produces. The one
+channel pattern granted is the namespace's nudges, ``&{ns}:nudge:*`` (``Keys.channel_pattern``):
+a create publishes ``{ns}:nudge:work`` so idle workers wake in the same round trip. A user
+without it still creates (the publish is best effort; the denial is logged) — tested below.
 
 The whole ``StoreContract`` runs as such users, one user per namespace created on demand in
 ``make_store`` (so a store cannot even read its neighbours). A canary ``other:canary`` and a
@@ -117,12 +118,17 @@ SKIPPED_LINE = "server settings not checked: this user may not run INFO"
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def add_user(admin: redis.Redis, user: str, namespace: str, rules: tuple[str, ...]) -> None:
-    """``ACL SETUSER <user> on >pw resetkeys <Keys(namespace).pattern()> <rules...>``."""
-    pattern = Keys(namespace).pattern()
+def add_user(
+    admin: redis.Redis, user: str, namespace: str, rules: tuple[str, ...], *, nudges: bool = True
+) -> None:
+    """``ACL SETUSER <user> on >pw resetkeys <Keys(namespace).pattern()> <rules...>
+    [<Keys(namespace).channel_pattern()>]`` (after ``resetchannels``: the nudge channels)."""
+    keys = Keys(namespace)
+    channels = (keys.channel_pattern(),) if nudges else ()
     admin.execute_command(
-        "ACL", "SETUSER", user, "on", ">" + PASSWORD, "resetkeys", pattern, *rules
-    )
+        "ACL", "SETUSER", user, "on", ">" + PASSWORD, "resetkeys", keys.pattern(), *rules,
+        *channels,
+    )  # fmt: skip
 
 
 def store_as(server: RedisProc, user: str, namespace: str) -> RedisTaskStore:
@@ -267,6 +273,27 @@ def test_the_script_command_list_is_derived_from_the_sources() -> None:
 # -- the store user: start-up check, isolation ------------------------------------------------
 
 
+def test_a_user_without_the_nudge_channel_still_creates_and_the_denial_is_logged(
+    fresh_redis_proc: RedisProc,
+) -> None:
+    admin = fresh_redis_proc.client()
+    add_user(admin, "store-quiet", "q", STORE_USER_RULES, nudges=False)
+    store = store_as(fresh_redis_proc, "store-quiet", "q")
+    store.create(TaskSnapshot("t1", "job", TaskStatus.PENDING, 1, T0, T0))
+    store.commit_tasks([(TaskSnapshot("t2", "job", TaskStatus.PENDING, 1, T0, T0), None, [])])
+    assert {t.task_id for t in store.query()} == {"t1", "t2"}
+    assert store.counts()[TaskStatus.PENDING] == 2
+    store.close()
+    assert ("channel", "{q}:nudge:work") in denials(admin, "store-quiet")
+    # Teeth: with the channel granted, the same creates are not denied.
+    add_user(admin, "store-loud", "l", STORE_USER_RULES)
+    store = store_as(fresh_redis_proc, "store-loud", "l")
+    store.create(TaskSnapshot("t1", "job", TaskStatus.PENDING, 1, T0, T0))
+    store.close()
+    assert not any(reason == "channel" for reason, _ in denials(admin, "store-loud"))
+
+
+
 def test_the_store_user_skips_the_durability_check_with_an_info_line(
     fresh_redis_proc: RedisProc, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -309,11 +336,13 @@ def test_the_acl_is_real_the_store_user_reaches_nothing_outside_its_namespace(
         ("FLUSHDB",),
         ("FLUSHALL",),
         ("CONFIG", "SET", "appendonly", "no"),
-        ("PUBLISH", "{a}:nudge:x", "1"),
+        ("PUBLISH", "{b}:nudge:work", "1"),  # another namespace's nudges
+        ("PUBLISH", "{a}:other", "1"),  # its own namespace, but not a nudge channel
     ):
         with pytest.raises(redis.exceptions.NoPermissionError):
             raw.execute_command(*command)
     raw.set("{a}:scratch", "own namespace is writable")
+    raw.publish("{a}:nudge:work", "1")  # and its own nudges
     raw.close()
 
     populate(RedisTaskStore.from_url(fresh_redis_proc.url, namespace="b"))  # default user

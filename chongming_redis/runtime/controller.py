@@ -140,7 +140,7 @@ class Controller:
         (error,) = self.adapter.commit([(snapshot, None, [transition])], best_effort_history=True)
         if error is not None:
             raise error
-        self.notifier.publish(WORK)
+        self._nudge_work()
         return snapshot.task_id
 
     def submit_many(self, name: str, params_list: Iterable[Any]) -> list[str]:
@@ -152,8 +152,13 @@ class Controller:
         error = next((e for e in errors if e is not None), None)
         if error is not None:
             raise error
-        self.notifier.publish(WORK)
+        self._nudge_work()
         return [snapshot.task_id for snapshot, _ in prepared]
+
+    def _nudge_work(self) -> None:
+        """Wake idle workers, unless the store's create already did (one round trip)."""
+        if self.adapter.nudge is None or not self.adapter.nudge.publishes_work:
+            self.notifier.publish(WORK)
 
     def _new_task(
         self,

@@ -158,6 +158,11 @@ class Keys:
         """The ACL key pattern that covers the namespace (glob-escaped)."""
         return "~" + _glob_escape(self.root) + "*"
 
+    def channel_pattern(self) -> str:
+        """The ACL channel pattern of the namespace's nudges (``{ns}:nudge:<topic>``: the
+        store's creates publish ``work``, the runtime the others)."""
+        return "&" + _glob_escape(self.root) + "nudge:*"
+
 
 def _glob_escape(text: str) -> str:
     return re.sub(r"([\\*?\[\]])", r"\\\1", text)

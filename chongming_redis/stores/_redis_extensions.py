@@ -170,6 +170,11 @@ class RedisExtensions:
         """The redis-py client (for the runtime's pub/sub nudges)."""
         return self._client
 
+    @property
+    def publishes_work(self) -> bool:
+        """``create.lua`` and ``commit_tasks.lua`` publish ``{ns}:nudge:work`` themselves."""
+        return True
+
     # -- the change feed -------------------------------------------------------------------
 
     def changes(self, after: str = "0", limit: int = 256) -> ChangePage:

@@ -158,6 +158,13 @@ class NudgeStore(Protocol):
         """The namespace the channels are named after."""
         ...
 
+    @property
+    def publishes_work(self) -> bool:
+        """True when the store's own writes that create tasks (``create``, ``commit_tasks``)
+        publish ``{namespace}:nudge:work`` in the same step, so a submit is one round trip and
+        the runtime does not publish it again."""
+        ...
+
 
 #: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
 EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
@@ -166,7 +173,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "ServerClockStore": ("server_time",),
     "BucketCountingStore": ("bucket_counts",),
     "BucketPoolStore": ("pool_tick", "pool_state"),
-    "NudgeStore": ("client", "namespace"),
+    "NudgeStore": ("client", "namespace", "publishes_work"),
 }
 
 EXTENSIONS: dict[str, type] = {

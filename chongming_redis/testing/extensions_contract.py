@@ -380,3 +380,35 @@ class ExtensionsContract(ContractBase):
         nudge = cast(NudgeStore, self.store)
         assert isinstance(nudge.namespace, str) and nudge.namespace
         assert callable(nudge.client.publish) and callable(nudge.client.pubsub)
+        assert isinstance(nudge.publishes_work, bool)
+
+    def test_a_store_that_publishes_work_does_so_for_each_create_and_only_then(self) -> None:
+        if not isinstance(self.store, NudgeStore) or not self.store.publishes_work:
+            return
+        nudge = cast(Any, self.store)
+        listener = nudge.client.pubsub(ignore_subscribe_messages=True)
+        channel = "{" + nudge.namespace + "}:nudge:work"
+        listener.subscribe(channel)
+        try:
+            listener.get_message(timeout=1.0)  # the subscription is in place
+
+            def published() -> int:
+                count = 0
+                while listener.get_message(timeout=0.2) is not None:
+                    count += 1
+                return count
+
+            nudge.create(task("n1"))
+            assert published() == 1
+            if isinstance(self.store, BatchingStore):
+                nudge.commit_tasks([(task("n2"), None, [entry("n2", 1)]),
+                                    (task("n3"), None, [])])  # fmt: skip
+                assert published() >= 1  # one call: at least one nudge
+                running = replace(task("n2"), status=TaskStatus.RUNNING, status_version=2)
+                nudge.commit_tasks([(running, 1, [entry("n2", 2, TaskStatus.RUNNING)])])
+                assert published() == 0  # a save creates nothing: no nudge
+            nudge.save(replace(task("n1"), status_version=2), expect_version=1)
+            raises(TaskAlreadyExists, nudge.create, task("n1", version=2))
+            assert published() == 0  # neither a save nor a refused create
+        finally:
+            listener.close()

@@ -2,7 +2,8 @@
 
 The store user of a namespace ``ns`` is created with exactly::
 
-    ACL SETUSER <user> on >pw resetkeys ~{ns}:* resetchannels +@all -@admin -@dangerous &{ns}:nudge:*
+    ACL SETUSER <user> on >pw resetkeys ~{ns}:* resetchannels +@all -@admin -@dangerous \
+        &{ns}:nudge:*
 
 (the key pattern is ``Keys(ns).pattern()``, glob-escaped). That is enough for every protocol
 method: the scripts run with ``EVALSHA``/``EVALSHA_RO`` (``@scripting``), ``NOSCRIPT`` is

@@ -8,7 +8,7 @@ through any store, timezone included. ``dataclasses.replace`` works (it re-runs 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
@@ -144,25 +144,56 @@ class TaskSnapshot:
     not_before: datetime | None = None
 
     def __post_init__(self) -> None:
-        check_identifier(self.task_id, "task_id")
-        check_identifier(self.name, "name")
-        _status(self.status, "status")
-        check_int(self.status_version, "status_version")
-        _set(self, "created_at", check_dt(self.created_at, "created_at"))
-        _set(self, "updated_at", check_dt(self.updated_at, "updated_at"))
-        _set(self, "tags", _tags(self.tags))
-        check_int(self.bucket, "bucket", maximum=2**31 - 1)
-        check_optional_identifier(self.key, "key")
-        check_optional_identifier(self.pipeline_run_id, "pipeline_run_id")
-        if self.progress is not None and not isinstance(self.progress, Progress):
-            raise TypeError(f"progress must be a Progress, not {type(self.progress).__name__}")
-        if self.failure is not None and not isinstance(self.failure, Failure):
-            raise TypeError(f"failure must be a Failure, not {type(self.failure).__name__}")
-        _set(self, "heartbeat_at", check_optional_dt(self.heartbeat_at, "heartbeat_at"))
-        check_optional_identifier(self.lease_owner, "lease_owner")
-        _set(self, "lease_until", check_optional_dt(self.lease_until, "lease_until"))
-        check_int(self.attempt, "attempt")
-        _set(self, "not_before", check_optional_dt(self.not_before, "not_before"))
+        for name, check in _SNAPSHOT_CHECKS.items():
+            _set(self, name, check(getattr(self, name)))
+
+    def evolve(self, **changes: Any) -> TaskSnapshot:
+        """``dataclasses.replace`` that checks only the fields it changes (the others were
+        checked when this snapshot was made): the runtime's every state change goes through
+        it. Same errors as the constructor; an unknown field is a ``TypeError``."""
+        fields = dict(self.__dict__)
+        for name, value in changes.items():
+            check = _SNAPSHOT_CHECKS.get(name)
+            if check is None:
+                raise TypeError(f"TaskSnapshot has no field {name!r}")
+            fields[name] = check(value)
+        new = object.__new__(TaskSnapshot)
+        new.__dict__.update(fields)
+        return new
+
+
+def _optional_instance(kind: type, what: str) -> Callable[[object], Any]:
+    def check(value: object) -> object:
+        if value is not None and not isinstance(value, kind):
+            raise TypeError(f"{what} must be a {kind.__name__}, not {type(value).__name__}")
+        return value
+
+    return check
+
+
+#: Each field's check, in declaration order; returns the value as stored (datetimes in UTC,
+#: tags as a frozenset).
+_SNAPSHOT_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "task_id": lambda v: check_identifier(v, "task_id"),
+    "name": lambda v: check_identifier(v, "name"),
+    "status": lambda v: _status(v, "status"),
+    "status_version": lambda v: check_int(v, "status_version"),
+    "created_at": lambda v: check_dt(v, "created_at"),
+    "updated_at": lambda v: check_dt(v, "updated_at"),
+    "tags": _tags,
+    "bucket": lambda v: check_int(v, "bucket", maximum=2**31 - 1),
+    "key": lambda v: check_optional_identifier(v, "key"),
+    "pipeline_run_id": lambda v: check_optional_identifier(v, "pipeline_run_id"),
+    "params": lambda v: v,
+    "result": lambda v: v,
+    "progress": _optional_instance(Progress, "progress"),
+    "failure": _optional_instance(Failure, "failure"),
+    "heartbeat_at": lambda v: check_optional_dt(v, "heartbeat_at"),
+    "lease_owner": lambda v: check_optional_identifier(v, "lease_owner"),
+    "lease_until": lambda v: check_optional_dt(v, "lease_until"),
+    "attempt": lambda v: check_int(v, "attempt"),
+    "not_before": lambda v: check_optional_dt(v, "not_before"),
+}
 
 
 @dataclass(frozen=True)

@@ -388,3 +388,61 @@ def test_task_query_coerces_sets_to_frozensets() -> None:
 def test_task_query_validates(kwargs: dict[str, object], error: type[Exception]) -> None:
     with pytest.raises(error):
         TaskQuery(**kwargs)  # type: ignore[arg-type]
+
+
+# -- TaskSnapshot.evolve: replace, checking only what changes -----------------------------------
+
+
+def _base() -> TaskSnapshot:
+    return TaskSnapshot("t1", "job", TaskStatus.RUNNING, 2, NOW, NOW, tags=frozenset({"io"}),
+                        bucket=3, lease_owner="w", lease_until=NOW)  # fmt: skip
+
+
+def test_evolve_checks_every_field_the_constructor_checks() -> None:
+    from chongming_redis.model import _SNAPSHOT_CHECKS
+
+    assert list(_SNAPSHOT_CHECKS) == [f.name for f in dataclasses.fields(TaskSnapshot)]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"status": TaskStatus.SUCCEEDED, "status_version": 3, "updated_at": NOW, "result": [1]},
+        {"progress": Progress(1, 2, "x"), "heartbeat_at": NOW + timedelta(seconds=1)},
+        {"failure": Failure("E", "m"), "attempt": 2, "not_before": None, "tags": {"a", "b"}},
+        {"updated_at": NOW.astimezone(timezone(timedelta(hours=5)))},  # stored in UTC
+        {},
+    ],
+)
+def test_evolve_gives_what_dataclasses_replace_gives(changes: dict[str, object]) -> None:
+    evolved = _base().evolve(**changes)
+    replaced = dataclasses.replace(_base(), **changes)
+    assert evolved == replaced
+    assert evolved.__dict__ == replaced.__dict__  # normalised alike (UTC, frozenset)
+    assert evolved.updated_at.tzinfo is timezone.utc
+    assert _base() == _base().evolve()  # the original is untouched
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"status": "succeeded"}, TypeError),
+        ({"status_version": -1}, ValueError),
+        ({"status_version": True}, TypeError),
+        ({"updated_at": datetime(2024, 1, 1)}, ValueError),  # naive
+        ({"bucket": 2**31}, ValueError),
+        ({"lease_owner": ""}, ValueError),
+        ({"progress": (1, 2)}, TypeError),
+        ({"failure": "boom"}, TypeError),
+        ({"tags": "io"}, TypeError),
+        ({"no_such_field": 1}, TypeError),
+    ],
+)
+def test_evolve_refuses_what_the_constructor_refuses(
+    changes: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        _base().evolve(**changes)
+    if "no_such_field" not in changes:
+        with pytest.raises(error):
+            dataclasses.replace(_base(), **changes)

@@ -84,8 +84,8 @@ def advance(
     snapshot: TaskSnapshot, status: TaskStatus, now: datetime, **changes: Any
 ) -> TaskSnapshot:
     """The next state: one version up (the store checks only that we held the previous one)."""
-    return dataclasses.replace(snapshot, status=status, status_version=snapshot.status_version + 1,
-                               updated_at=now, **changes)  # fmt: skip
+    return snapshot.evolve(status=status, status_version=snapshot.status_version + 1,
+                           updated_at=now, **changes)  # fmt: skip
 
 
 def without_lease(snapshot: TaskSnapshot) -> TaskSnapshot:

@@ -52,7 +52,7 @@ class Runner:
         self.accepting = accepting
         self.wake_starter = wake_starter
         self.group_commit = False
-        self.commits: queue.Queue[Held] = queue.Queue()
+        self.commits: queue.SimpleQueue[Held] = queue.SimpleQueue()
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._outstanding = 0  # started here, task function not yet returned

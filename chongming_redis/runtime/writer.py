@@ -13,7 +13,6 @@ let go, loudly. A lost reply is told apart from a real conflict by reading the t
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from datetime import datetime, timedelta
@@ -224,7 +223,7 @@ class TaskWriter:
             if applied:  # later saves write the whole row: carry what touch wrote
                 touched = {k: v for k, v in args.items() if k in ("heartbeat_at", "progress")}
                 if touched:
-                    held.snapshot = dataclasses.replace(held.snapshot, **touched)
+                    held.snapshot = held.snapshot.evolve(**touched)
         if not applied:
             held.ctx.lose("another writer moved it on (its version changed)")
             log.error("%s: lost task %s: its version moved on without us",

@@ -54,7 +54,8 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 #: codec column -> hash field of ``{ns}:t:<id>``. ``task_id`` is the key itself; ``w`` (not a
 #: column) is the token of the last create/save, which lets a retried write see "already done";
-#: ``fs`` (not a column) is the task's change-feed position (``lua/lib/feed.lua``).
+#: ``fs`` (not a column) is the task's change-feed position (``lua/lib/feed.lua``). ``g`` is
+#: left out for a task without tags (read as ``[]``).
 TASK_FIELDS: dict[str, str] = {
     "name": "n",
     "status": "s",

@@ -64,6 +64,19 @@ def hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[
     return writes, deletes
 
 
+#: Task columns not written when they hold the value a reader assumes for a missing field, so
+#: the common case costs no hash field: no tags (``[]``) is most tasks. Lua reads a missing
+#: ``g`` as ``'[]'`` (lib/task_view, lib/task_args), the codec a missing tags column as none.
+_DEFAULTS_LEFT_OUT = {"tags": "[]"}
+
+
+def task_hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[str]]:
+    """``hash_changes`` of a task hash: a column at its ``_DEFAULTS_LEFT_OUT`` value is deleted
+    (a save from tags to none removes the field), never written."""
+    left_out = {c: None for c, default in _DEFAULTS_LEFT_OUT.items() if columns.get(c) == default}
+    return hash_changes({**columns, **left_out}, fields)
+
+
 def field_of(column: str | None, fields: dict[str, str]) -> str | None:
     return None if column is None else fields.get(column, column)
 

@@ -54,6 +54,7 @@ from chongming_redis.stores._redis_rows import (
     field_of,
     hash_changes,
     pairs,
+    task_hash_changes,
     token,
 )
 from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
@@ -451,7 +452,7 @@ class RedisTaskStore(RedisExtensions):
         ``counted``: the pairs are preceded by their number (commit_tasks' layout)."""
         skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
         columns = {c: v for c, v in row.items() if c not in skip}
-        writes, deletes = hash_changes(columns, TASK_FIELDS)
+        writes, deletes = task_hash_changes(columns, TASK_FIELDS)
         count = [len(writes) // 2] if counted else []
         return [row["task_id"], token(), expect, len(deletes), *deletes, *count, *writes]
 

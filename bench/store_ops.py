@@ -6,9 +6,9 @@
 It starts its own redis-server on a free loopback port (AOF off, so the figures are Redis and
 client work, not fsync) and prints:
 
-1. ops/s of each protocol call from one connection, and its ratio to a bare ``EVALSHA`` of a
-   trivial compare-and-set script on the same connection (target: >= 0.8 for every
-   single-task call);
+1. ops/s of each protocol call from one connection (and of ``Controller.submit``), and its
+   ratio to a bare ``EVALSHA`` of a trivial compare-and-set script on the same connection,
+   each call alternating with one bare call (target: >= 0.8 for every single-task call);
 2. latency of a bucket-filtered ``PENDING`` query with ``limit=50`` at 10k and at 100k tasks,
    and their ratio (target: <= 1.5);
 3. Redis memory per stored task (``used_memory`` delta / N) for a typical pending task with two
@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
@@ -43,6 +44,9 @@ from chongming_redis import (
     Transition,
 )
 from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.runtime.app import App
+from chongming_redis.runtime.context import TaskContext
+from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -52,6 +56,18 @@ if v == ARGV[1] then redis.call('HSET', KEYS[1], 'v', ARGV[2]) return 1 end
 return 0
 """
 NUM_BUCKETS = 64
+
+submit_app = App("bench-ops")
+
+
+class Resize(BaseModel):
+    w: int
+    h: int
+
+
+@submit_app.task(name="resize")
+def resize(ctx: TaskContext, params: Resize) -> None:
+    return None
 
 
 def task_id(i: int) -> str:
@@ -69,41 +85,51 @@ def typical_task(i: int) -> TaskSnapshot:
     )  # fmt: skip
 
 
-def rate(call: Callable[[int], object], n: int) -> float:
-    """Calls per second over n sequential calls (best of three rounds of n/3)."""
-    rounds = []
-    per = max(1, n // 3)
-    for r in range(3):
-        start = time.perf_counter()
-        for i in range(r * per, (r + 1) * per):
-            call(i)
-        rounds.append(per / (time.perf_counter() - start))
-    return max(rounds)
+def interleaved(
+    call: Callable[[int], object], bare: Callable[[int], object], n: int
+) -> tuple[float, float]:
+    """``(call ops/s, bare ops/s)`` over ``n`` calls of each, alternating one call with one
+    bare round trip, so both see the same machine at the same moment (a shared machine's
+    load drifts between blocks of calls, not between neighbouring calls)."""
+    spent = spent_bare = 0.0
+    clock = time.perf_counter
+    for i in range(n):
+        started = clock()
+        call(i)
+        middle = clock()
+        bare(i)
+        spent += middle - started
+        spent_bare += clock() - middle
+    return n / spent, n / spent_bare
 
 
 def measure_ops(store: RedisTaskStore, n: int) -> list[tuple[str, float, float]]:
-    """``(call, ops/s, bare ops/s)``: the bare round trip is measured again right before
-    each call, so that both see the same machine (a shared machine's load drifts)."""
+    """``(call, ops/s, bare ops/s)``: each call alternates with a bare compare-and-set
+    ``EVALSHA`` on the same connection (``interleaved``)."""
     client = store._client
-    bare = client.register_script(BARE_CAS)
+    script = client.register_script(BARE_CAS)
     client.hset("bench-bare", "v", "0")
 
-    def bare_rate() -> float:
-        return rate(lambda i: bare(keys=["bench-bare"], args=[i, i + 1]), max(600, n // 3))
-
-    results: list[tuple[str, float, float]] = []
+    def bare(i: int) -> object:
+        return script(keys=["bench-bare"], args=[i, i + 1])
 
     snaps = [typical_task(10_000_000 + i) for i in range(n)]
+    plain = [typical_task(20_000_000 + i) for i in range(n)]
     running = [dataclasses.replace(s, status=TaskStatus.RUNNING, status_version=2) for s in snaps]
+    beat = [dataclasses.replace(s, status_version=3, heartbeat_at=T0 + timedelta(seconds=2))
+            for s in running]  # fmt: skip
     commands = [Command(f"cmd-{i}", snaps[i].task_id, CommandKind.STOP, T0) for i in range(n)]
     now = T0 + timedelta(seconds=1)
+    submitter = Controller(store, app=submit_app, owner="bench-submit")
     ops: list[tuple[str, Callable[[int], object]]] = [
         ("create", lambda i: store.create(snaps[i])),
         ("get", lambda i: store.get(snaps[i].task_id)),
-        ("save", lambda i: store.save(running[i], expect_version=1)),
+        ("save (status change: indexes move)",
+         lambda i: store.save(running[i], expect_version=1)),
+        ("save (same status)", lambda i: store.save(beat[i], expect_version=2)),
         ("touch", lambda i: store.touch(snaps[i].task_id, progress=Progress(i, n),
                                         heartbeat_at=now)),
-        ("append", lambda i: store.append(Transition(snaps[i].task_id, 2, TaskStatus.PENDING,
+        ("append", lambda i: store.append(Transition(snaps[i].task_id, 4, TaskStatus.RUNNING,
                                                      TaskStatus.RUNNING, now))),
         ("history", lambda i: store.history(snaps[i].task_id)),
         ("submit_command", lambda i: store.submit_command(commands[i])),
@@ -111,14 +137,18 @@ def measure_ops(store: RedisTaskStore, n: int) -> list[tuple[str, float, float]]
         ("release_command", lambda i: store.release_command(commands[i].command_id, now=now)),
         ("complete_command", lambda i: store.complete_command(commands[i].command_id, now=now)),
         ("counts", lambda i: store.counts()),
-        ("query PENDING bucket limit 50", lambda i: store.query(
+        ("query PENDING, one bucket, limit 1", lambda i: store.query(
+            TaskQuery(statuses=frozenset({TaskStatus.PENDING}),
+                      buckets=frozenset({i % NUM_BUCKETS}), limit=1))),
+        ("query RUNNING, one bucket, limit 50", lambda i: store.query(
             TaskQuery(statuses=frozenset({TaskStatus.RUNNING}),
                       buckets=frozenset({i % NUM_BUCKETS}), limit=50))),
+        ("Controller.submit (validate, create + history + nudge)",
+         lambda i: submitter.submit("resize", {"w": 320, "h": 240})),
     ]  # fmt: skip
-    for name, call in ops:
-        reference = bare_rate()
-        results.append((name, rate(call, n), reference))
-    return results
+    for i in range(n):  # PENDING tasks for the limit-1 query to find in every bucket
+        store.create(plain[i])
+    return [(name, *interleaved(call, bare, n)) for name, call in ops]
 
 
 def fill(store: RedisTaskStore, start: int, stop: int) -> None:

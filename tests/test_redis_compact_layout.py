@@ -1,10 +1,10 @@
 """The bytes a finished task costs in Redis, pinned where the layout saves them: no ``g`` field
-for a task without tags, and data in the older shape still read."""
+for a task without tags, 8-character write tokens, and data in the older shape still read."""
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from chongming_redis import TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
@@ -56,3 +56,20 @@ def test_a_stored_empty_tags_field_is_still_read_indexed_and_saved_over(
     assert not client.hexists(store.keys.task("old"), "g")
     assert store.counts()[TaskStatus.FAILED] == 1 and store.counts()[TaskStatus.SUCCEEDED] == 0
     assert store.prune(keep_terminal=0) == 1
+
+
+def test_write_tokens_are_eight_characters_and_retry_memos_keep_twelve(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    client = redis_proc.client()
+    store.create(task("t"))
+    created = client.hget(store.keys.task("t"), "w")
+    store.save(task("t", status_version=2), expect_version=1)
+    saved = client.hget(store.keys.task("t"), "w")
+    assert created and saved and len(created) == len(saved) == 8 and created != saved
+    started = store.start_tasks(owner="w1", now=T0, lease_until=T0 + timedelta(seconds=5),
+                                buckets=[0])  # fmt: skip
+    assert [s.task_id for s in started] == ["t"]
+    memo = client.hget(store.keys.task("t"), "w")  # start_tasks stamps its memo token
+    assert memo and len(memo) == 12 and client.exists(store.keys.start_memo(memo.decode()))

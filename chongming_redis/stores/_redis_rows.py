@@ -82,7 +82,16 @@ def field_of(column: str | None, fields: dict[str, str]) -> str | None:
 
 
 def token() -> str:
+    """The name of a retry memo (``{ns}:sr:<token>``, ``{ns}:cr:<token>``): unique among every
+    call of the namespace whose memo lives, so 72 random bits."""
     return secrets.token_urlsafe(9)
+
+
+def write_token() -> str:
+    """The token of one create/save/submit, kept in the record's ``w`` field: it only has to
+    differ between the writes of one record (a retry repeats it), so 48 random bits in 8
+    characters, 4 bytes less per record than ``token()``."""
+    return secrets.token_urlsafe(6)
 
 
 def pairs(flat: list[bytes]) -> dict[bytes, bytes]:

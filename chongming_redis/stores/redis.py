@@ -56,6 +56,7 @@ from chongming_redis.stores._redis_rows import (
     pairs,
     task_hash_changes,
     token,
+    write_token,
 )
 from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
 from chongming_redis.stores._replies import text as _text
@@ -319,7 +320,7 @@ class RedisTaskStore(RedisExtensions):
         k = self.keys
         args = [
             command.command_id,
-            token(),
+            write_token(),
             row["created_at"],
             "" if row["lease_until"] is None else row["lease_until"],
             "0" if row["finished_at"] is None else "1",
@@ -454,7 +455,7 @@ class RedisTaskStore(RedisExtensions):
         columns = {c: v for c, v in row.items() if c not in skip}
         writes, deletes = task_hash_changes(columns, TASK_FIELDS)
         count = [len(writes) // 2] if counted else []
-        return [row["task_id"], token(), expect, len(deletes), *deletes, *count, *writes]
+        return [row["task_id"], write_token(), expect, len(deletes), *deletes, *count, *writes]
 
     def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
         snapshot = fast_snapshot(task_id, fields)

@@ -112,12 +112,12 @@ for _, item in ipairs(items) do
   local args = item.args
   if item.code == 'OK' and item.create then
     rcall('HSET', item.key, 'w', args.token, 'fs', feed_next(root, nil, args.id),
-      unpack(args.writes))
+      unpack(ARGV, args.from, args.to))
     index_add(root, args.id, args.view)
   elseif item.code == 'OK' then
     if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
     rcall('HSET', item.key, 'w', args.token, 'fs', feed_next(root, item.position, args.id),
-      unpack(args.writes))
+      unpack(ARGV, args.from, args.to))
     if index_view_changed(item.old, args.view) then
       index_move(root, args.id, item.old, args.view)
     end

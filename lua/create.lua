@@ -35,7 +35,8 @@ if kind ~= 'none' then
   return { 'EXISTS' }
 end
 
-rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, nil, args.id), unpack(args.writes))
+rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, nil, args.id),
+  unpack(ARGV, args.from, args.to))
 index_add(root, args.id, args.view)
 counts_flush()
 feed_flush(root)

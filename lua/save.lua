@@ -50,7 +50,7 @@ if not old then return bad end
 -- All checks passed; from here on only writes.
 if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
 rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, stored[3], args.id),
-  unpack(args.writes))
+  unpack(ARGV, args.from, args.to))
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end

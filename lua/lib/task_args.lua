@@ -12,10 +12,14 @@
 --- @include "lib/task_view"
 
 local LEASE_FIELDS = { lo = true, lu = true }
+-- The fields the script itself needs to see (the index view and the version); the others go
+-- to HSET straight from ARGV (unpack(ARGV, args.from, args.to)), never copied.
+local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, v = true }
 
--- Returns (args = { id, token, expect, dels, writes, view, version }, nil, next position) or
--- (nil, badarg reply). Only create passes allow_lease: a new task is written whole, lease
--- included; save never writes or deletes the lease columns.
+-- Returns (args = { id, token, expect, dels, from, to, view, version }, nil, next position)
+-- or (nil, badarg reply). The pairs to write are ARGV[from .. to]. Only create passes
+-- allow_lease: a new task is written whole, lease included; save never writes or deletes the
+-- lease columns.
 local function read_task_args(allow_lease, pos, counted)
   pos = pos or 1
   local args = { id = ARGV[pos], token = ARGV[pos + 1], expect = ARGV[pos + 2] }
@@ -23,24 +27,32 @@ local function read_task_args(allow_lease, pos, counted)
   if not args.token or args.token == '' then return nil, badarg('write token missing') end
   local dels, at = read_list(pos + 3)
   if not dels then return nil, badarg('delete list malformed') end
-  local writes, map, after
+  local from, to
   if counted then
-    writes, map, after = read_counted_pairs(at)
+    local n = ARGV[at]
+    if not is_uint(n) or at + 2 * tonumber(n) > #ARGV then
+      return nil, badarg('field/value pairs malformed')
+    end
+    from, to = at + 1, at + 2 * tonumber(n)
   else
-    writes, map = read_pairs(at)
-    after = #ARGV + 1
+    if (#ARGV - at + 1) % 2 ~= 0 then return nil, badarg('field/value pairs malformed') end
+    from, to = at, #ARGV
   end
-  if not writes then return nil, badarg('field/value pairs malformed') end
   for i = 1, #dels do
     if LEASE_FIELDS[dels[i]] and not allow_lease then
       return nil, badarg('may not delete lease field ' .. dels[i])
     end
   end
-  for field in next, map do
-    if LEASE_FIELDS[field] and not allow_lease then
+  local map = {}
+  for i = from, to, 2 do
+    local field = ARGV[i]
+    if VIEW_ARGS[field] then
+      map[field] = ARGV[i + 1]
+    elseif field == 'w' then
+      return nil, badarg('may not write the token field directly')
+    elseif LEASE_FIELDS[field] and not allow_lease then
       return nil, badarg('may not write lease field ' .. field)
     end
-    if field == 'w' then return nil, badarg('may not write the token field directly') end
   end
   local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]' }
   if not view.s or not STATUSES[view.s] then return nil, badarg('unknown status') end
@@ -50,6 +62,6 @@ local function read_task_args(allow_lease, pos, counted)
   if not view.n or view.n == '' then return nil, badarg('name missing') end
   view.tags = decode_tags(view.g)
   if not view.tags then return nil, badarg('tags are not a JSON array of strings') end
-  args.dels, args.writes, args.view, args.version = dels, writes, view, map.v
-  return args, nil, after
+  args.dels, args.from, args.to, args.view, args.version = dels, from, to, view, map.v
+  return args, nil, to + 1
 end

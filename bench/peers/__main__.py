@@ -36,7 +36,10 @@ on a flushed database:
    from the first job (the time the first job of each process wrote, the earliest) to the
    same end. Then SIGTERM (SIGKILL of the whole session after 10 s: taskiq 0.13's
    worker processes do not exit on it), and **bytes/job after** =
-   ``used_memory`` once the workers are gone, minus the empty database, / N.
+   ``used_memory`` once the workers are gone, minus the empty database, / N. With P >= 2 the
+   **split**: the jobs each worker process ran (its byte file; a parent that runs no job has
+   none), e.g. ``split 5,112 / 4,888 (51/49)``, and when each ran its first job; for
+   chongming whether it is within 60/40.
 4. chongming only: every task's history is read back through ``RedisTaskStore``: exactly one
    ``PENDING -> RUNNING`` and a last entry ``SUCCEEDED``; its byte files must hold exactly N.
    The peers deliver at least once: their byte count is printed (>= N, duplicates possible).
@@ -110,6 +113,8 @@ def report_run(run: Run) -> None:
     line += f"after {fmt_bytes(run.bytes_after)}; stop: {run.stopped}"
     console.print(line)
     console.print(f"    command: {' '.join(run.command)}")
+    if "split" in run.extra:
+        console.print(f"    {split_line(run)}")
     if run.check is not None:
         exact = "yes" if run.runs_counted == run.tasks else "NO"
         console.print(f"    {run.check['line']}; byte files {run.runs_counted} "
@@ -118,6 +123,21 @@ def report_run(run: Run) -> None:
             console.print(f"    violation: {violation}")
     if run.error:
         console.print(f"    FAILED: {run.error}")
+
+
+def split_line(run: Run) -> str:
+    """``split 5,112 / 4,888 (51/49)``: jobs per worker process, most first; for chongming with
+    2 processes, whether that is within 60/40."""
+    split = run.extra["split"]
+    counts = " / ".join(f"{n:,}" for n in split["jobs"].values())
+    shares = "/".join(f"{100 * s:.0f}" for s in split["shares"])
+    line = f"split {counts or 'no jobs'} ({shares or '-'}) over {len(split['jobs'])} processes"
+    firsts = split["first_job_after_spawn"]
+    if firsts:
+        line += ", first jobs " + " / ".join(f"{s:.2f}" for s in firsts.values()) + "s after spawn"
+    if run.system == "chongming" and split["within_60_40"] is not None:
+        line += "; within 60/40: " + ("yes" if split["within_60_40"] else "NO")
+    return line
 
 
 def summarize(runs: list[Run], systems: list[System], processes: list[int]) -> dict[str, Any]:

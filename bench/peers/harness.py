@@ -92,13 +92,26 @@ class Marks:
     def count(self) -> int:
         return sum(s.st_size for s in self._stats())
 
+    def split(self) -> dict[int, int]:
+        """Jobs run per process: pid -> bytes of ``runs/<pid>``, most jobs first (a process that
+        ran no job, such as a supervising parent, has no file)."""
+        found = {}
+        for entry in os.scandir(self.root / "runs"):
+            with contextlib.suppress(FileNotFoundError):
+                found[int(entry.name)] = entry.stat().st_size
+        return dict(sorted(found.items(), key=lambda item: -item[1]))
+
     def last_ns(self) -> int:
         """When the last job ran: the newest ``st_mtime_ns`` of the byte files."""
         return max(s.st_mtime_ns for s in self._stats())
 
+    def firsts(self) -> dict[int, int]:
+        """pid -> wall time (ns) of that process's first job."""
+        found = {int(p.name): int(p.read_text() or 0) for p in (self.root / "first").iterdir()}
+        return {pid: t for pid, t in found.items() if t > 0}
+
     def first_ns(self) -> int | None:
-        times = [int(p.read_text() or 0) for p in (self.root / "first").iterdir()]
-        times = [t for t in times if t > 0]
+        times = self.firsts().values()
         return min(times) if times else None
 
 

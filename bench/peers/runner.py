@@ -52,6 +52,24 @@ class Run:
         return data
 
 
+SPLIT_LIMIT = 0.6  # "two workers started together split a drain within 60/40"
+
+
+def split_of(marks: harness.Marks, processes: int, start_ns: int) -> dict[str, Any]:
+    """How the jobs spread over the worker processes (pid -> jobs, most first), each one's
+    share, when each ran its first job (seconds after the spawn) and, for 2 processes, whether
+    the larger share is within 60/40."""
+    jobs, firsts = marks.split(), marks.firsts()
+    total = sum(jobs.values())
+    shares = [count / total for count in jobs.values()] if total else []
+    within = None
+    if processes == 2:
+        within = len(jobs) == 2 and max(shares) <= SPLIT_LIMIT
+    first = {str(pid): (firsts[pid] - start_ns) / 1e9 for pid in jobs if pid in firsts}
+    return {"jobs": {str(pid): count for pid, count in jobs.items()}, "shares": shares,
+            "first_job_after_spawn": first, "within_60_40": within}  # fmt: skip
+
+
 def run_one(
     system: System, processes: int, n: int, url: str, client: redis.Redis, tmp: Path, logs: Path
 ) -> Run:
@@ -79,6 +97,8 @@ def run_one(
     run.stopped = harness.stop(proc)
     run.drain_seconds, run.warm_seconds = drained.seconds, drained.warm_seconds
     run.runs_counted = marks.count()
+    if processes >= 2:
+        run.extra["split"] = split_of(marks, processes, drained.start_ns)
     if drained.error is not None:
         run.error = f"{drained.error}; log tail:\n{harness.log_tail(log)}"
     harness.settle_clients(client)

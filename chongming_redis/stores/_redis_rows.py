@@ -1,5 +1,5 @@
-"""How ``RedisTaskStore`` lays rows out in Redis: history entries (msgpack, one-letter
-statuses), hash field changes, the index a query walks, write tokens."""
+"""How ``RedisTaskStore`` lays rows out in Redis: history entries (msgpack, both statuses in
+one byte), hash field changes, the index a query walks, write tokens."""
 
 from __future__ import annotations
 
@@ -22,9 +22,20 @@ from chongming_redis.validation import EPOCH, MAX_EPOCH_US
 
 _ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
 
-
-#: Statuses inside history entries are one letter: an entry of at most 64 bytes keeps a
+#: History entries are msgpack arrays, small enough (at most 64 bytes, as a rule) to keep a
 #: task's history sorted set in Redis's compact listpack encoding (~1 KB less per task).
+#:
+#: Layout 2 (written now): ``[version, statuses, at_us]``, or ``[version, statuses, at_us,
+#: reason]`` when there is a reason, with ``statuses = 8 * from + to`` in ``_STATUS_NUMBERS``
+#: (``from`` 0: none), one byte for both. Layout 1 (written before; still read):
+#: ``[version, from, to, at_us, reason]`` with one-letter statuses (``_STATUS_CODES``), nil for
+#: no from status or reason. The array length tells them apart (3 or 4 against 5). Both are
+#: built in Lua too (``lua/lib/msgpack_entry.lua``).
+_STATUS_NUMBERS = {
+    "pending": 1, "running": 2, "paused": 3, "succeeded": 4, "failed": 5, "stopped": 6,
+    "lost": 7,
+}  # fmt: skip
+_STATUS_BY_NUMBER = {number: name for name, number in _STATUS_NUMBERS.items()}
 _STATUS_CODES = {
     "pending": "P", "running": "R", "paused": "Z", "succeeded": "S", "failed": "F",
     "stopped": "X", "lost": "L",
@@ -33,12 +44,13 @@ _STATUS_NAMES = {code: name for name, code in _STATUS_CODES.items()}
 
 
 def encode_entry(transition: Transition) -> bytes:
-    """A history entry as stored: msgpack ``[version, from, to, at_us, reason]``, statuses
-    as ``_STATUS_CODES``."""
+    """A history entry as stored: layout 2, msgpack ``[version, 8 * from + to, at_us]`` plus
+    the reason if there is one."""
     row = transition_to_row(transition)
-    values = [row[c] for c in _ENTRY_COLUMNS]
-    values[1] = None if values[1] is None else _STATUS_CODES[str(values[1])]
-    values[2] = _STATUS_CODES[str(values[2])]
+    source = 0 if row["from_status"] is None else _STATUS_NUMBERS[str(row["from_status"])]
+    values = [row["version"], 8 * source + _STATUS_NUMBERS[str(row["to_status"])], row["at"]]
+    if row["reason"] is not None:
+        values.append(row["reason"])
     return bytes(msgpack.packb(values, use_bin_type=True))
 
 
@@ -99,14 +111,23 @@ def pairs(flat: list[bytes]) -> dict[bytes, bytes]:
 
 
 def decode_entry(task_id: str, key: str, member: bytes) -> Transition:
-    """A stored history entry (``encode_entry``'s layout) of the task at ``key``."""
+    """A stored history entry (either layout, see ``_STATUS_NUMBERS``) of the task at ``key``."""
     try:
         values = msgpack.unpackb(member, raw=False)
-        if not isinstance(values, list) or len(values) != len(_ENTRY_COLUMNS):
+        if not isinstance(values, list) or len(values) not in (3, 4, len(_ENTRY_COLUMNS)):
             raise RowError(None, "history entry is not a list of the expected length")
-        for i in (1, 2):
-            values[i] = _STATUS_NAMES.get(values[i], values[i])
-        return row_to_transition({"task_id": task_id, **dict(zip(_ENTRY_COLUMNS, values))})
+        if len(values) == len(_ENTRY_COLUMNS):  # layout 1
+            for i in (1, 2):
+                values[i] = _STATUS_NAMES.get(values[i], values[i])
+            row = dict(zip(_ENTRY_COLUMNS, values))
+        else:
+            statuses = values[1]
+            if type(statuses) is not int or not 0 <= statuses < 64 or statuses % 8 == 0:
+                raise RowError("to_status", f"unknown statuses code {statuses!r}")
+            row = {"version": values[0], "from_status": _STATUS_BY_NUMBER.get(statuses // 8),
+                   "to_status": _STATUS_BY_NUMBER[statuses % 8], "at": values[2],
+                   "reason": values[3] if len(values) == 4 else None}  # fmt: skip
+        return row_to_transition({"task_id": task_id, **row})
     except RowError as exc:
         raise CorruptRecord(key, exc.column, exc.detail) from None
     except Exception as exc:  # msgpack raises several unrelated types on garbage

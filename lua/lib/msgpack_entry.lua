@@ -1,7 +1,11 @@
 -- lib/msgpack_entry: the msgpack bytes of one history entry, built in Lua (fakeredis has no
--- cmsgpack): the array [version, from_status | nil, to_status, at_us, reason | nil], the shape
--- stores/redis.py reads back, statuses as its one-letter codes (P R Z S F X L). Integers are
--- below 2^53, so Lua doubles hold them exactly.
+-- cmsgpack), in layout 2 of stores/_redis_rows.py: the array [version, statuses, at_us] or
+-- [version, statuses, at_us, reason], statuses = 8 * from + to (both numbered P=1 R=2 Z=3 S=4
+-- F=5 X=6 L=7, from 0 when there is none), one byte where layout 1 spent four. Callers pass
+-- the statuses as their one-letter codes. Integers are below 2^53, so Lua doubles hold them
+-- exactly.
+
+local STATUS_NUMBERS = { P = 1, R = 2, Z = 3, S = 4, F = 5, X = 6, L = 7 }
 
 local function mp_uint(n)
   if n < 128 then return string.char(n) end
@@ -11,7 +15,6 @@ local function mp_uint(n)
 end
 
 local function mp_str(s)
-  if s == nil then return string.char(0xc0) end
   local n = #s
   if n < 32 then return string.char(0xa0 + n) .. s end
   if n < 256 then return string.char(0xd9, n) .. s end
@@ -21,6 +24,9 @@ local function mp_str(s)
 end
 
 local function history_entry(version, from_status, to_status, at, reason)
-  return string.char(0x95) .. mp_uint(version) .. mp_str(from_status) .. mp_str(to_status)
-    .. mp_uint(at) .. mp_str(reason)
+  local statuses = 8 * (from_status and STATUS_NUMBERS[from_status] or 0)
+    + STATUS_NUMBERS[to_status]
+  local entry = mp_uint(version) .. string.char(statuses) .. mp_uint(at)
+  if reason == nil then return string.char(0x93) .. entry end
+  return string.char(0x94) .. entry .. mp_str(reason)
 end

@@ -90,7 +90,9 @@ class RedisNotifier:
                     subscribed |= missing
                 if not set(self._events) - subscribed:  # none added meanwhile
                     self._listening.set()
-                message = self._pubsub.get_message(timeout=0.5)
+                # Short: a topic subscribed while this call blocks is only sent to the server
+                # when it returns (a newcomer to the pool waits for exactly that).
+                message = self._pubsub.get_message(timeout=0.02)
                 if message is not None:
                     for event in self._events.get(message["channel"].decode(), []):
                         event.set()

@@ -294,7 +294,6 @@ def test_a_user_without_the_nudge_channel_still_creates_and_the_denial_is_logged
     assert not any(reason == "channel" for reason, _ in denials(admin, "store-loud"))
 
 
-
 def test_the_store_user_skips_the_durability_check_with_an_info_line(
     fresh_redis_proc: RedisProc, caplog: pytest.LogCaptureFixture
 ) -> None:

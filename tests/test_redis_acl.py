@@ -76,11 +76,11 @@ STORE_USER_RULES = ("resetchannels", "+@all", "-@admin", "-@dangerous")
 #: SCRIPT LOAD for the NOSCRIPT fallback.
 READ_ONLY_EXACT = (
     "-@all",
-    "+hgetall",  # get, counts; query's replies
+    "+hgetall",  # get; query's replies
     "+zrangebyscore",  # history; query's ascending walk
     "+zrevrangebyscore",  # query's descending walk
     "+hkeys",  # query: buckets of a status, names of a (status, bucket)
-    "+hmget",  # query: the per-task filter check
+    "+hmget",  # counts (the status fields); query: the per-task filter check
     "+type",  # query: refuses an index or task of the wrong type
     "+evalsha_ro",
     "+script|load",

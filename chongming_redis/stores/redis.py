@@ -86,6 +86,9 @@ QUERY_BUDGET = 1000
 PRUNE_BATCH = 100
 
 
+_STATUS_FIELDS = [status.value for status in TaskStatus]
+
+
 class RedisTaskStore(RedisExtensions):
     """A ``TaskStore`` on one Redis database, isolated by ``namespace``.
 
@@ -232,16 +235,17 @@ class RedisTaskStore(RedisExtensions):
 
     def counts(self) -> dict[TaskStatus, int]:
         key = self.keys.counts
-        raw = self._read(key, lambda c: c.hgetall(key))
+        # The seven status fields only: the hash also holds a counter per (status, bucket).
+        raw = self._read(key, lambda c: c.hmget(key, _STATUS_FIELDS))
         result = dict.fromkeys(TaskStatus, 0)
-        for field, value in raw.items():
-            name = _text(field)
-            if ":" in name:
-                continue  # per-bucket counters
+        for status, value in zip(TaskStatus, raw):
+            if value is None:
+                continue
             try:
-                result[TaskStatus(name)] = int(value)
+                result[status] = int(value)
             except ValueError:
-                raise CorruptRecord(key, name, f"counter {value!r} does not decode") from None
+                detail = f"counter {value!r} does not decode"
+                raise CorruptRecord(key, status.value, detail) from None
         return result
 
     # -- audit history ---------------------------------------------------------------------

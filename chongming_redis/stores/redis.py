@@ -454,10 +454,13 @@ class RedisTaskStore(RedisExtensions):
         self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
     ) -> list[Any]:
         """create writes the whole task, lease included; save never writes the lease.
-        ``counted``: the pairs are preceded by their number (commit_tasks' layout)."""
+        ``counted``: the pairs are preceded by their number (commit_tasks' layout). A create
+        (``expect == ""``) sends no deletions: a new hash has nothing to delete."""
         skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
         columns = {c: v for c, v in row.items() if c not in skip}
         writes, deletes = task_hash_changes(columns, TASK_FIELDS)
+        if expect == "":
+            deletes = []
         count = [len(writes) // 2] if counted else []
         return [row["task_id"], write_token(), expect, len(deletes), *deletes, *count, *writes]
 

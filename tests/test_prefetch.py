@@ -1,11 +1,14 @@
 """Prefetch: started tasks waiting for a free slot (``runtime/runner.py``, ``Window``).
 
 1. ``Window``: no prefetch before anything was measured or with ``prefetch=0``; short tasks
-   against a slow round trip open it up to ``concurrency + prefetch``; tasks much longer than a
-   round trip keep it at ``concurrency``.
+   against a slow round trip open it up to ``concurrency + prefetch``; tasks longer than the
+   slots finish in a round trip keep it at ``concurrency``, and the first long task closes it.
 2. A controller with one slot held by a blocked task and the window forced open: the next task
-   is started (``RUNNING``, leased) and waits. Stopped or paused while it waits, its function
-   never begins; resumed, it runs; and no more tasks are outstanding than the window allows.
+   is started (``RUNNING``, leased) and waits. Stopped while it waits, it is ``STOPPED`` at once
+   (not when the slot frees) and its function never begins; paused, it is handed back paused
+   at once, held by nobody, and runs after a resume; at shutdown the waiting tasks are handed
+   back at once while the running one gets its grace; no more tasks are outstanding than the
+   window allows.
 """
 
 from __future__ import annotations
@@ -47,14 +50,26 @@ def test_short_tasks_open_the_window_up_to_the_prefetch_limit() -> None:
     assert window.size() == 4 + 8
 
 
-def test_long_tasks_prefetch_at_most_one_per_round_trip_they_span() -> None:
+def test_tasks_longer_than_the_slots_finish_in_a_round_trip_prefetch_nothing() -> None:
     window = Window(concurrency=4, prefetch=64)
     window.ran(2.0)
     window.round_trip(0.001)
-    assert window.size() == 4 + 1  # ceil(4 * 0.001 / 2.0): less than one task's worth
+    assert window.size() == 4  # 4 * 0.001 / 2.0 rounds down to no task
     for _ in range(50):
         window.ran(2.0)
-    assert window.size() == 5
+    assert window.size() == 4
+
+
+def test_one_long_task_closes_the_window_at_once_and_it_reopens_slowly() -> None:
+    window = Window(concurrency=4, prefetch=64)
+    for _ in range(20):
+        window.ran(0.00005)
+    window.round_trip(0.002)
+    assert window.size() == 68  # a backlog of short tasks: the whole prefetch
+    window.ran(0.5)  # the workload switched to long tasks: the first one decides
+    assert window.size() == 4
+    window.ran(0.00005)  # one short task does not reopen it
+    assert window.size() == 4
 
 
 def test_prefetch_zero_means_exactly_the_slots() -> None:
@@ -107,7 +122,7 @@ def one_slot() -> Iterator[tuple[Controller, InMemoryTaskStore, dict[str, Any]]]
         controller.shutdown(grace=2, hand_back="stop")
 
 
-def test_a_prefetched_task_stopped_while_waiting_never_begins(
+def test_a_prefetched_task_stopped_while_waiting_is_stopped_at_once_and_never_begins(
     one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
 ) -> None:
     controller, store, state = one_slot
@@ -117,14 +132,16 @@ def test_a_prefetched_task_stopped_while_waiting_never_begins(
     snapshot = wait_status(store, waiting, TaskStatus.RUNNING)  # started: prefetched
     assert snapshot.lease_owner == controller.owner
     assert state["ran"] == [blocker]  # started, not begun: the only slot is busy
-    controller.stop(waiting)
+    assert controller.stop(waiting) == "stopped"
+    stopped = store.get(waiting)  # now, while the blocker still holds the slot
+    assert stopped is not None and stopped.status is TaskStatus.STOPPED
+    assert [t.reason for t in store.history(waiting)][-1] == "stopped before it began"
     state["gate"].set()
-    wait_status(store, waiting, TaskStatus.STOPPED)
-    assert waiting not in state["ran"]  # the function never began
     wait_status(store, blocker, TaskStatus.SUCCEEDED)
+    assert waiting not in state["ran"]  # the function never began
 
 
-def test_a_prefetched_task_paused_while_waiting_waits_for_its_resume(
+def test_a_prefetched_task_paused_while_waiting_is_handed_back_paused_and_runs_after_resume(
     one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
 ) -> None:
     controller, store, state = one_slot
@@ -133,13 +150,41 @@ def test_a_prefetched_task_paused_while_waiting_waits_for_its_resume(
     waiting = controller.submit("quick")
     wait_status(store, waiting, TaskStatus.RUNNING)
     assert controller.pause(waiting) == "paused"
+    paused = store.get(waiting)  # at once, while the blocker still holds the slot
+    assert paused is not None and paused.status is TaskStatus.PAUSED
+    assert paused.attempt == 2  # handed back: a new attempt, held by nobody
+    assert waiting not in controller.held
     state["gate"].set()
     wait_status(store, blocker, TaskStatus.SUCCEEDED)
-    wait_status(store, waiting, TaskStatus.PAUSED)
-    assert waiting not in state["ran"]  # it got the slot and waits, paused, before its work
-    assert controller.resume(waiting) == "resumed"
+    assert store.get(waiting).status is TaskStatus.PAUSED  # type: ignore[union-attr]
+    assert waiting not in state["ran"]
+    assert controller.resume(waiting).startswith("sent:")  # nobody holds it: a command
     wait_status(store, waiting, TaskStatus.SUCCEEDED)
     assert state["ran"] == [blocker, waiting]
+    starts = [t for t in store.history(waiting) if t.to_status is TaskStatus.RUNNING]
+    assert len(starts) == 2  # attempt 1 (prefetched, never begun) and attempt 2
+
+
+def test_shutdown_hands_waiting_tasks_back_at_once_and_none_begins_after_it(
+    one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
+) -> None:
+    controller, store, state = one_slot
+    blocker = controller.submit("block")
+    wait_until(lambda: state["ran"] == [blocker], what="the blocker to run")
+    waiting = [controller.submit("quick") for _ in range(2)]
+    for task_id in waiting:
+        wait_status(store, task_id, TaskStatus.RUNNING)
+    stopping = threading.Thread(target=controller.shutdown, kwargs={"grace": 60})
+    stopping.start()
+    for task_id in waiting:  # handed back while the blocker still runs, not after the grace
+        snapshot = wait_status(store, task_id, TaskStatus.PENDING)
+        assert snapshot.attempt == 2
+    assert store.get(blocker).status is TaskStatus.RUNNING  # type: ignore[union-attr]
+    state["gate"].set()  # the blocker ends within its grace
+    stopping.join(30)
+    assert not stopping.is_alive()
+    assert store.get(blocker).status is TaskStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert state["ran"] == [blocker]  # neither waiting task began, not even during the grace
 
 
 def test_no_more_tasks_are_outstanding_than_the_window_allows(

@@ -5,15 +5,28 @@ so their holder can claim them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.held import Held, advance, holder
 from chongming_redis.runtime.writer import TaskWriter
 
 
 class CommandHandler:
-    def __init__(self, writer: TaskWriter) -> None:
+    def __init__(
+        self,
+        writer: TaskWriter,
+        *,
+        stop_unbegun: Callable[[Held], bool] = lambda held: False,
+        release_unbegun: Callable[[Held], bool] = lambda held: False,
+    ) -> None:
+        """``stop_unbegun`` / ``release_unbegun``: settle a stopped / paused task whose
+        function has not begun yet (prefetched) at once; False when it has begun (the
+        runner's, given by the controller)."""
         self.writer = writer
         self.store = writer.store
+        self.stop_unbegun = stop_unbegun
+        self.release_unbegun = release_unbegun
 
     def handle_commands(self) -> int:
         """Claim and handle one batch of commands; returns how many were claimed."""
@@ -72,6 +85,8 @@ class CommandHandler:
                 held.stop_commands.append(command_id)
             ctx.request_stop()
             ctx.set_paused(False)
+            if self.stop_unbegun(held):  # it waited for a slot: STOPPED now, commands answered
+                return "stopped" if command_id is None else "stopping"
             return "stopping"
         if kind is CommandKind.PAUSE:
             if status is TaskStatus.PAUSED:
@@ -79,6 +94,7 @@ class CommandHandler:
             self.writer.transition(held, TaskStatus.PAUSED, "pause requested")
             ctx.set_paused(True)
             self.writer.flush(held)
+            self.release_unbegun(held)  # it waited for a slot: handed back paused, unheld
             return "paused"
         if status is not TaskStatus.PAUSED:
             return "not-paused"

@@ -103,7 +103,8 @@ class Controller:
         self.runner = Runner(self.writer, app=self.app, num_buckets=self.buckets.num_buckets,
                              serving=lambda: self.serve_buckets, accepting=self._accepting,
                              wake_starter=self._wake_starter)  # fmt: skip
-        self.commands = CommandHandler(self.writer)
+        self.commands = CommandHandler(self.writer, stop_unbegun=self.runner.stop_unbegun,
+                                       release_unbegun=self.runner.release_unbegun)  # fmt: skip
         self.reconciler = Reconciler(self.writer)
         self.bucket_pool: BucketPool | None = None
         self._threads: list[threading.Thread] = []
@@ -321,9 +322,12 @@ class Controller:
         """Take no new work; let running tasks finish within ``grace`` seconds; then hand the
         rest back: ``"requeue"`` (a new attempt, ``PENDING``; a paused task stays ``PAUSED``)
         or ``"stop"`` (``STOPPED``)."""
-        self._accepting.clear()
+        self._accepting.clear()  # from now on no task begins (runner._begin)
         if self.bucket_pool is not None:
             self.bucket_pool.stop()
+        for held in self.held.active():  # started, never begun (prefetched): back at once
+            if self.runner.claim_unbegun(held):
+                self.writer.hand_back(held, hand_back)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and self.held.active():
             time.sleep(0.05)

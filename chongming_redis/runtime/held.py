@@ -33,6 +33,7 @@ class Held:
     heartbeat_written: int = 0
     stop_commands: list[str] = field(default_factory=list)
     done: bool = False
+    began: bool = False  # its function was called (a prefetched task waits with False)
     final_outcome: str = "already-terminal"
     queued: bool = False  # waiting for the group committer
 

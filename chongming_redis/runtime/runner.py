@@ -116,14 +116,54 @@ class Runner:
     # -- running ---------------------------------------------------------------------------
 
     def _run_slot(self, held: Held) -> None:
-        """One slot's turn: run the task, then free the slot and measure how long it ran."""
-        began = time.monotonic()
+        """One slot's turn: run the task unless it was released while it waited (shutdown, a
+        stop or a pause of a prefetched task), then free the slot and wake the starter."""
+        started = time.monotonic()
         try:
-            self._execute(held)
+            if self._begin(held):
+                self._execute(held)
+                self._window.ran(time.monotonic() - started)
         finally:
-            self._window.ran(time.monotonic() - began)
             with self._lock:
                 self._outstanding -= 1
+            self.wake_starter.set()
+
+    def _begin(self, held: Held) -> bool:
+        """Claim a task for its function; False when it was released before its turn."""
+        with self._lock:
+            if held.done or not self.accepting.is_set():
+                return False  # released (or shutting down: the controller hands it back)
+            held.began = True
+            return True
+
+    def claim_unbegun(self, held: Held) -> bool:
+        """Take a started task whose function has not begun (a prefetched task) away from its
+        slot: it will never begin here, and the caller settles it. False once it has begun."""
+        with self._lock:
+            if held.began or held.done:
+                return False
+            held.done = True
+            return True
+
+    def stop_unbegun(self, held: Held) -> bool:
+        """A stop for a task that waits for a slot: it ends ``STOPPED`` now (its stop commands
+        answered), not when a slot frees up. False when its function has begun."""
+        if not self.claim_unbegun(held):
+            return False
+        self.finish(held, TaskStatus.STOPPED, reason="stopped before it began",
+                    outcome="stopped", write_now=True)  # fmt: skip
+        return True
+
+    def release_unbegun(self, held: Held) -> bool:
+        """A task that waits for a slot and was paused: hand it back paused now (a new attempt
+        that nobody holds; a resume makes it ``PENDING`` for any worker) instead of letting it
+        take a slot to wait in. False when its function has begun."""
+        if not self.claim_unbegun(held):
+            return False
+        self.writer.hand_back(held, "requeue", why="before it began")
+        if not held.pending:
+            self.held.forget(held)
+        return True
 
     def _execute(self, held: Held) -> None:
         """The run-a-task path: call the function, then record how it ended."""
@@ -196,10 +236,8 @@ class Runner:
         if self.group_commit and not write_now:  # many finished tasks per round trip
             held.queued = True
             self.commits.put(held)
-            # Its slot is free now (a done task is not active): start the next task while
-            # this one's commit is on its way, instead of one round trip later. Under load
-            # the starter is busy, and the slots freed meanwhile make up its next batch.
-            self.wake_starter.set()
+            # Its slot frees when this returns (_run_slot wakes the starter then): the next
+            # task starts while this one's commit is on its way, not a round trip later.
             return
         self.writer.flush(held)
         self.settle(held)
@@ -236,6 +274,8 @@ class Runner:
 
 
 def _log_crash(future: Future[None]) -> None:
+    if future.cancelled():  # a task that was never begun, released at shutdown
+        return
     if future.exception() is not None:
         log.error("task runner crashed: %r", future.exception())
 
@@ -243,12 +283,13 @@ def _log_crash(future: Future[None]) -> None:
 class Window:
     """How many started tasks a process may have outstanding: ``concurrency`` running, plus a
     prefetch sized like a bandwidth-delay product — the tasks the slots finish during one
-    start round trip, ``concurrency * round_trip / run_time`` (at most ``prefetch``). A
-    worker of short tasks starts its next batch while the current one runs (a no-op drain
-    would otherwise wait one round trip per ``concurrency`` tasks); a worker of tasks much
-    longer than a round trip prefetches nothing, so no task waits behind a long one while
-    another worker could run it. Both times are moving averages of what this process saw;
-    before the first measurements there is no prefetch."""
+    start round trip, ``concurrency * round_trip / run_time`` rounded down (at most
+    ``prefetch``). A worker of short tasks starts its next batch while the current one runs (a
+    no-op drain would otherwise wait one round trip per ``concurrency`` tasks); a worker of
+    tasks longer than ``concurrency`` round trips prefetches nothing, so no task waits behind a
+    long one while another worker could run it. The round trip is a moving average; the run
+    time rises at once with a longer task and falls slowly, so a switch to long tasks closes
+    the window at the first one. Before both are measured there is no prefetch."""
 
     def __init__(self, concurrency: int, prefetch: int, weight: float = 0.2) -> None:
         self.concurrency = concurrency
@@ -258,7 +299,11 @@ class Window:
         self.round_trip_time: float | None = None
 
     def ran(self, seconds: float) -> None:
-        self.run_time = self._average(self.run_time, seconds)
+        # Up at once, down slowly: one long task closes the window before the next batch.
+        if self.run_time is None or seconds > self.run_time:
+            self.run_time = seconds
+        else:
+            self.run_time = self._average(self.run_time, seconds)
 
     def round_trip(self, seconds: float) -> None:
         self.round_trip_time = self._average(self.round_trip_time, seconds)
@@ -267,7 +312,7 @@ class Window:
         if not self.prefetch or self.run_time is None or self.round_trip_time is None:
             return self.concurrency
         wanted = self.concurrency * self.round_trip_time / max(self.run_time, 1e-6)
-        return self.concurrency + min(self.prefetch, math.ceil(wanted))
+        return self.concurrency + min(self.prefetch, math.floor(wanted))
 
     def _average(self, old: float | None, sample: float) -> float:
         return sample if old is None else old + self.weight * (sample - old)

@@ -137,20 +137,21 @@ class TaskWriter:
                     self.held.forget(held)
             time.sleep(0.1)
 
-    def hand_back(self, held: Held, policy: str) -> None:
+    def hand_back(self, held: Held, policy: str, why: str = "at shutdown") -> None:
         """Give a task this process will not finish back: requeue it (a new attempt) or stop
         it. A paused task stays paused (a new attempt, not started) until someone resumes it.
-        Its thread may still run; the version bump fences every write it tries."""
+        Its thread may still run; the version bump fences every write it tries. ``why`` ends
+        the history entry's reason."""
         if policy == "stop":
-            self.transition(held, TaskStatus.STOPPED, "stopped at shutdown")
+            self.transition(held, TaskStatus.STOPPED, f"stopped {why}")
         elif held.snapshot.status is TaskStatus.PAUSED:
-            self.transition(held, TaskStatus.PAUSED, "handed back paused at shutdown",
+            self.transition(held, TaskStatus.PAUSED, f"handed back paused {why}",
                             attempt=held.snapshot.attempt + 1)  # fmt: skip
         else:
-            self.transition(held, TaskStatus.PENDING, "handed back at shutdown",
+            self.transition(held, TaskStatus.PENDING, f"handed back {why}",
                             attempt=held.snapshot.attempt + 1)  # fmt: skip
         held.done = True
-        held.ctx.lose("handed back at shutdown")  # the task thread stops at its next checkpoint
+        held.ctx.lose(f"handed back {why}")  # the task thread stops at its next checkpoint
         if self.flush(held) and held.snapshot.status is TaskStatus.PAUSED:
             # End our lease where the new attempt begins, so nobody takes it for held (and no
             # reconciler marks it LOST when our old lease would have run out).

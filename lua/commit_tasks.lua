@@ -27,6 +27,8 @@ Replies
 
 Publishes '1' on the channel {ns}:nudge:work when the call created a task (idle workers wake;
 best effort: an ACL that denies the channel leaves the writes as they are).
+Every key the writes touch (task, history, index, counter and feed keys) is checked in the read
+pass, so a key another client broke is CORRUPT with nothing written, never a half-done call.
 Invariants: a task appears at most once per call (each item is judged against the state
 before the call); as save and append; each written item moves to the next change-feed position
 (lib/feed), in item order; all validation happens before the first write.
@@ -102,25 +104,30 @@ for i = 1, tonumber(count) do
     versions[e.version] = true
   end
   item.history = history
+  -- Plan its index, counter and feed changes (written after every check, in pass 2).
+  if item.code == 'OK' and item.create then
+    index_add(root, args.id, args.view)
+    item.new_position = feed_next(root, nil, args.id)
+  elseif item.code == 'OK' then
+    if index_view_changed(item.old, args.view) then
+      index_move(root, args.id, item.old, args.view)
+    end
+    item.new_position = feed_next(root, item.position, args.id)
+  end
   items[i] = item
 end
 if pos ~= #ARGV + 1 then return badarg('trailing arguments') end
+local broken = index_check() or feed_check(root)
+if broken then return broken end
 
 -- Pass 2: writes.
 local reply = { 'OK' }
 for _, item in ipairs(items) do
   local args = item.args
-  if item.code == 'OK' and item.create then
-    rcall('HSET', item.key, 'w', args.token, 'fs', feed_next(root, nil, args.id),
+  if item.code == 'OK' then
+    if not item.create and #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
+    rcall('HSET', item.key, 'w', args.token, 'fs', item.new_position,
       unpack(ARGV, args.from, args.to))
-    index_add(root, args.id, args.view)
-  elseif item.code == 'OK' then
-    if #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
-    rcall('HSET', item.key, 'w', args.token, 'fs', feed_next(root, item.position, args.id),
-      unpack(ARGV, args.from, args.to))
-    if index_view_changed(item.old, args.view) then
-      index_move(root, args.id, item.old, args.view)
-    end
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
     local missing = {}
@@ -135,7 +142,7 @@ for _, item in ipairs(items) do
   reply[#reply + 1] = item.code
   reply[#reply + 1] = item.actual
 end
-counts_flush()
+index_flush()
 feed_flush(root)
 -- New tasks wake idle workers in the same round trip (the runtime's work nudge). pcall: a user
 -- not granted the channel (ACL) still creates; its workers find the task at their next poll.

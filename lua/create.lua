@@ -35,10 +35,14 @@ if kind ~= 'none' then
   return { 'EXISTS' }
 end
 
-rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, nil, args.id),
-  unpack(ARGV, args.from, args.to))
+-- Plan the index, counter and feed changes and check every key they touch; then write.
 index_add(root, args.id, args.view)
-counts_flush()
+local position = feed_next(root, nil, args.id)
+local bad = index_check() or feed_check(root)
+if bad then return bad end
+
+rcall('HSET', task_key, 'w', args.token, 'fs', position, unpack(ARGV, args.from, args.to))
+index_flush()
 feed_flush(root)
 redis.pcall('PUBLISH', root .. 'nudge:work', '1') -- idle workers wake (best effort: ACL)
 return { 'OK' }

@@ -144,17 +144,22 @@ while #doomed < take and #heap > 0 do
   if #heap > 0 then sift_down(1) end
 end
 
--- All checks passed; from here on only writes.
+-- Plan the tombstones and the index and counter changes, and check every key they touch.
 local clock = rcall('TIME')
 local removed_at = clock[1] .. string.format('%06d', tonumber(clock[2]))
 for i = 1, #doomed do
   local d = doomed[i]
-  if d.key then
-    feed_tombstone(root, d.position, d.id, d.view, removed_at)
-    rcall('DEL', d.key, root .. 'h:' .. d.id)
-  end
+  if d.key then feed_tombstone(root, d.position, d.id, d.view, removed_at) end
   index_remove(root, d.id, d.view)
 end
-counts_flush()
+local broken = index_check() or feed_check(root)
+if broken then return broken end
+
+-- All checks passed; from here on only writes.
+for i = 1, #doomed do
+  local d = doomed[i]
+  if d.key then rcall('DEL', d.key, root .. 'h:' .. d.id) end
+end
+index_flush()
 feed_flush(root)
 return { 'OK', #doomed, excess - #doomed }

@@ -46,14 +46,17 @@ if stored[1] ~= args.expect then
 end
 local old, bad = read_index_view(task_key)
 if not old then return bad end
-
--- All checks passed; from here on only writes.
-if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
-rcall('HSET', task_key, 'w', args.token, 'fs', feed_next(root, stored[3], args.id),
-  unpack(ARGV, args.from, args.to))
+-- Plan the index, counter and feed changes and check every key they touch.
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end
-counts_flush()
+local position = feed_next(root, stored[3], args.id)
+bad = index_check() or feed_check(root)
+if bad then return bad end
+
+-- All checks passed; from here on only writes.
+if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
+rcall('HSET', task_key, 'w', args.token, 'fs', position, unpack(ARGV, args.from, args.to))
+index_flush()
 feed_flush(root)
 return { 'OK' }

@@ -110,16 +110,23 @@ for i = 1, #candidates do
   end
 end
 
--- Pass 2: writes. Counters and feed chunks are written once for the batch (the flushes).
-local reply, started = { 'OK' }, {}
+-- Plan the index, counter and feed changes of the chosen tasks, in start order, and check every
+-- key they touch: a key another client broke is CORRUPT before anything is written.
 for _, c in ipairs(chosen) do
   local running = {}
   for k, v in pairs(c.view) do running[k] = v end
   running.s = 'running'
-  rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', c.version), 'u', now, 'hb', now,
-    'fs', feed_next(root, c.position, c.id),
-    'lo', owner, 'lu', lease_until, 'w', token)
   index_move(root, c.id, c.view, running)
+  c.new_position = feed_next(root, c.position, c.id)
+end
+local broken = index_check() or feed_check(root)
+if broken then return broken end
+
+-- Pass 2: writes. Counters and feed chunks are written once for the batch (the flushes).
+local reply, started = { 'OK' }, {}
+for _, c in ipairs(chosen) do
+  rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', c.version), 'u', now, 'hb', now,
+    'fs', c.new_position, 'lo', owner, 'lu', lease_until, 'w', token)
   if not c.logged then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'
     rcall('ZADD', c.history, c.version,
@@ -129,7 +136,7 @@ for _, c in ipairs(chosen) do
   reply[#reply + 1] = c.id
   reply[#reply + 1] = rcall('HGETALL', c.key)
 end
-counts_flush()
+index_flush()
 feed_flush(root)
 if #started > 0 then
   rcall('RPUSH', memo, unpack(started))

@@ -20,10 +20,11 @@
 
 local FEED_CHUNK = 128
 
--- The feed writes of one script are collected and written by feed_flush, once per chunk
--- rather than once per task: positions are issued from the head read once (the script is
--- atomic, so nobody else issues meanwhile), puts are grouped by chunk, drops too. Every script
--- that calls feed_next / feed_tombstone calls feed_flush(root) before it returns.
+-- The feed writes of one script are planned in its read pass and written by feed_flush, once
+-- per chunk rather than once per task: positions are issued from the head read once (the
+-- script is atomic, so nobody else issues meanwhile), puts are grouped by chunk, drops too.
+-- A script calls feed_next / feed_tombstone while it reads, feed_check before its first write
+-- and feed_flush with its writes.
 local FEED = { head = nil, issued = 0, tombs = 0, puts = {}, put_chunks = {}, opened = {},
                drops = {}, drop_chunks = {} }
 
@@ -33,7 +34,8 @@ end
 
 local function feed_put(root, value)
   if not FEED.head then
-    FEED.head = tonumber(rcall('HGET', root .. 'feed', 'head') or '0')
+    local head = redis.pcall('HGET', root .. 'feed', 'head')
+    FEED.head = tonumber(type(head) == 'string' and head or '0') or 0 -- feed_check: a bad one
   end
   FEED.issued = FEED.issued + 1
   local position = FEED.head + FEED.issued
@@ -79,6 +81,23 @@ local function feed_tombstone(root, old, id, view, removed_at)
   feed_put(root, 'r' .. removed_at .. ' ' .. view.b .. ' ' .. #view.n .. ' ' .. view.n .. id)
   if old then feed_drop(old) end
   FEED.tombs = FEED.tombs + 1
+end
+
+-- CORRUPT if a key the collected writes touch was broken by another client (the head hash,
+-- a chunk, the chunk list), else nil. Reads only: scripts call it before their first write.
+local function feed_check(root)
+  local kinds = { [root .. 'feed'] = 'hash', [root .. 'fcs'] = 'zset' }
+  for _, n in ipairs(FEED.put_chunks) do kinds[root .. 'fc:' .. n] = 'hash' end
+  for _, n in ipairs(FEED.drop_chunks) do kinds[root .. 'fc:' .. n] = 'hash' end
+  for key, want in pairs(kinds) do
+    local kind = key_type(key)
+    if kind ~= 'none' and kind ~= want then
+      return corrupt(key, '', 'feed key holds a ' .. kind .. ', not a ' .. want)
+    end
+  end
+  local head = rcall('HGET', root .. 'feed', 'head')
+  if head and not is_uint(head) then return corrupt(root .. 'feed', 'head', 'not an integer') end
+  return nil
 end
 
 -- Write what feed_next / feed_tombstone collected: the head, the puts (before the drops, so

@@ -15,11 +15,15 @@
 -- a query finds the index keys it must merge without any scan. There is no separate list of
 -- terminal tasks: prune merges the composite index keys of the four terminal statuses.
 
--- Counter changes are summed per (key, field) and written once, by counts_flush, at the end of
--- the script: a batch of 100 starts moves four counters 100 times each but writes each once.
--- Every script that writes through these functions calls counts_flush() before it returns;
--- nothing reads a counter between the first write and the flush.
-local COUNT_DELTAS, COUNT_KEYS = {}, {}
+-- The functions below only *plan*: index_add / index_move / index_remove record the sorted-set
+-- changes (INDEX_OPS) and sum the counter changes per (key, field) (COUNT_DELTAS); nothing is
+-- written until index_flush. A script plans every task's changes in its read pass, then calls
+-- index_check, which reports a key of the wrong type or a counter that is not an integer
+-- (written by another client) as CORRUPT before the first write — a Lua script is not rolled
+-- back, so a failure halfway would leave tasks without their indexes or counters — and only
+-- then writes, index_flush included. Counters are written once per (key, field): a batch of
+-- 100 starts moves four counters 100 times each but writes each once.
+local COUNT_DELTAS, COUNT_KEYS, INDEX_OPS = {}, {}, {}
 
 local function count_add(key, field, delta)
   local fields = COUNT_DELTAS[key]
@@ -34,33 +38,67 @@ end
 local function count_up(key, field) count_add(key, field, 1) end
 local function count_down(key, field) count_add(key, field, -1) end
 
--- Write the summed counter changes; a counter that reaches 0 is deleted (so a hash of counts
--- lists only what exists). Keys in first-touched order: the same call writes the same way.
-local function counts_flush()
+local ZADD, ZREM = 'ZADD', 'ZREM'
+local function zadd(key, score, id) INDEX_OPS[#INDEX_OPS + 1] = { ZADD, key, score, id } end
+local function zrem(key, id) INDEX_OPS[#INDEX_OPS + 1] = { ZREM, key, id } end
+
+-- CORRUPT for the first planned key or counter another client broke, else nil. Reads only.
+local function index_check()
+  local seen = {}
+  for _, op in ipairs(INDEX_OPS) do
+    local key = op[2]
+    if not seen[key] then
+      seen[key] = true
+      local kind = key_type(key)
+      if kind ~= 'none' and kind ~= 'zset' then
+        return corrupt(key, '', 'index holds a ' .. kind .. ', not a sorted set')
+      end
+    end
+  end
+  for _, key in ipairs(COUNT_KEYS) do
+    local fields, names = COUNT_DELTAS[key], {}
+    for field in pairs(fields) do names[#names + 1] = field end
+    local values, kind = try_read('HMGET', key, unpack(names))
+    if not values then return corrupt(key, '', 'counters hold a ' .. kind .. ', not a hash') end
+    for i, value in ipairs(names) do
+      local v = values[i]
+      if v and not (#v <= 18 and string.match(v, '^%-?%d+$')) then
+        return corrupt(key, value, 'counter is not an integer')
+      end
+    end
+  end
+  return nil
+end
+
+-- Write what was planned: the sorted-set changes in order, then each summed counter once (a
+-- counter that reaches 0 is deleted, so a hash of counts lists only what exists; keys in
+-- first-planned order: the same call writes the same way).
+local function index_flush()
+  for _, op in ipairs(INDEX_OPS) do rcall(unpack(op)) end
   for _, key in ipairs(COUNT_KEYS) do
     for field, delta in pairs(COUNT_DELTAS[key]) do
       if delta ~= 0 and rcall('HINCRBY', key, field, delta) <= 0 then rcall('HDEL', key, field) end
     end
   end
-  COUNT_DELTAS, COUNT_KEYS = {}, {}
+  COUNT_DELTAS, COUNT_KEYS, INDEX_OPS = {}, {}, {}
 end
 
 local function index_add(root, id, t)
-  rcall('ZADD', root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, t.c, id)
+  zadd(root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, t.c, id)
   count_up(root .. 'nm:' .. t.s .. ':' .. t.b, t.n)
   count_up(root .. 'counts', t.s)
   count_up(root .. 'counts', t.s .. ':' .. t.b)
-  if t.p then rcall('ZADD', root .. 'p:' .. t.p, t.c, id) end
-  for i = 1, #t.tags do rcall('ZADD', root .. 'tag:' .. t.tags[i], t.c, id) end
+  if t.p then zadd(root .. 'p:' .. t.p, t.c, id) end
+  for i = 1, #t.tags do zadd(root .. 'tag:' .. t.tags[i], t.c, id) end
 end
 
 local function index_remove(root, id, t)
-  rcall('ZREM', root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, id)
+  zrem(root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, id)
   count_down(root .. 'nm:' .. t.s .. ':' .. t.b, t.n)
   count_down(root .. 'counts', t.s)
   count_down(root .. 'counts', t.s .. ':' .. t.b)
-  if t.p then rcall('ZREM', root .. 'p:' .. t.p, id) end
-  for i = 1, #t.tags do rcall('ZREM', root .. 'tag:' .. t.tags[i], id) end
+  if t.p then zrem(root .. 'p:' .. t.p, id) end
+  for i = 1, #t.tags do zrem(root .. 'tag:' .. t.tags[i], id) end
 end
 
 local function tag_set(t)
@@ -74,9 +112,9 @@ end
 local function index_move(root, id, old, new)
   local moved_time = old.c ~= new.c
   if old.s ~= new.s or old.b ~= new.b or old.n ~= new.n or moved_time then
-    rcall('ZREM', root .. 'ix:' .. old.s .. ':' .. old.b .. ':' .. old.n, id)
+    zrem(root .. 'ix:' .. old.s .. ':' .. old.b .. ':' .. old.n, id)
     count_down(root .. 'nm:' .. old.s .. ':' .. old.b, old.n)
-    rcall('ZADD', root .. 'ix:' .. new.s .. ':' .. new.b .. ':' .. new.n, new.c, id)
+    zadd(root .. 'ix:' .. new.s .. ':' .. new.b .. ':' .. new.n, new.c, id)
     count_up(root .. 'nm:' .. new.s .. ':' .. new.b, new.n)
   end
   if old.s ~= new.s then
@@ -88,17 +126,16 @@ local function index_move(root, id, old, new)
     count_up(root .. 'counts', new.s .. ':' .. new.b)
   end
   if old.p ~= new.p or moved_time then
-    if old.p then rcall('ZREM', root .. 'p:' .. old.p, id) end
-    if new.p then rcall('ZADD', root .. 'p:' .. new.p, new.c, id) end
+    if old.p then zrem(root .. 'p:' .. old.p, id) end
+    if new.p then zadd(root .. 'p:' .. new.p, new.c, id) end
   end
   if old.g ~= new.g or moved_time then
     local keep, had = tag_set(new), tag_set(old)
     for tag in next, had do
-      if not keep[tag] or moved_time then rcall('ZREM', root .. 'tag:' .. tag, id) end
+      if not keep[tag] or moved_time then zrem(root .. 'tag:' .. tag, id) end
     end
     for tag in next, keep do
-      if not had[tag] or moved_time then rcall('ZADD', root .. 'tag:' .. tag, new.c, id) end
+      if not had[tag] or moved_time then zadd(root .. 'tag:' .. tag, new.c, id) end
     end
   end
 end
-

@@ -13,7 +13,7 @@ touch it (``create``, ``save``, ``commit_tasks`` creating and saving, ``start_ta
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import pytest
@@ -134,12 +134,24 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.fixture
+def store(redis_proc: RedisProc, namespace: str) -> Iterator[RedisTaskStore]:
+    opened = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def client(redis_proc: RedisProc) -> Iterator[redis.Redis]:
+    opened = redis_proc.client()
+    yield opened
+    opened.close()
+
+
 @pytest.mark.parametrize(("write", "broken"), CASES)
 def test_a_write_that_would_touch_a_broken_key_is_corrupt_and_writes_nothing(
-    redis_proc: RedisProc, namespace: str, write: str, broken: str
+    store: RedisTaskStore, client: redis.Redis, namespace: str, write: str, broken: str
 ) -> None:
-    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
-    client = redis_proc.client()
     seed(store)
     key, breaks = breakers(store)[broken]
     breaks(client)
@@ -151,12 +163,10 @@ def test_a_write_that_would_touch_a_broken_key_is_corrupt_and_writes_nothing(
 
 
 def test_the_next_write_after_a_refused_one_gets_a_fresh_feed_position(
-    redis_proc: RedisProc, namespace: str
+    store: RedisTaskStore, client: redis.Redis
 ) -> None:
-    """The reviewer's case: a tagged create refused for a broken tag index must not take (and
-    so hand out twice) the next feed position."""
-    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
-    client = redis_proc.client()
+    """A tagged create refused for a broken tag index must not take (and so hand out twice)
+    the next feed position."""
     store.create(task("first"))
     client.set(store.keys.root + "tag:bad", "x")
     with pytest.raises(CorruptRecord):

@@ -91,7 +91,11 @@ def _run_child(main: Callable[[], None]) -> int:
     try:
         main()
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, int):
+            code = exc.code if 0 <= exc.code <= 255 else 1
+        elif exc.code is not None:  # sys.exit("message"): print it, as Python does
+            print(exc.code, file=sys.stderr)
+            code = 1
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -124,17 +128,22 @@ def supervise_children(
     stopping = threading.Event()
     children = [_spawn(command, slot) for slot in range(max(1, processes))]
 
+    received: list[int] = []
+
     def forward(signum: int, frame: Any) -> None:
+        # Only note it: the loop forwards it to the children there are then (one being
+        # restarted included), and no child is waited for inside a signal handler.
+        received.append(signum)
         stopping.set()
-        for child in children:
-            if child.proc.poll() is None:
-                child.proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     first_round = True
     while True:
         if stopping.is_set():
+            for child in children:
+                if child.proc.poll() is None:
+                    child.proc.send_signal(received[0])
             for child in children:
                 child.proc.wait()
             return 0

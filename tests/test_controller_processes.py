@@ -651,3 +651,24 @@ def test_skewed_worker_clock_causes_no_premature_lost(
             },
         },
     )
+
+
+@pytest.mark.redis
+def test_a_signal_delivered_twice_at_once_is_one_graceful_shutdown(
+    redis_proc: RedisProc, store: RedisTaskStore, namespace: str, tmp_path: Path
+) -> None:
+    """Ctrl-C, or systemd's ``KillMode=control-group``, signals a worker both directly and
+    through its ``--processes`` parent: the repeat must not turn the graceful shutdown into
+    "hand everything back now". The running task finishes within the grace, in its attempt."""
+    client = client_controller(store)
+    with apps(tmp_path, redis_proc.url, namespace) as workers:
+        w1 = workers.start("w1", "--grace", "20")
+        task_id = client.submit("steps", {"steps": 1, "sleep": 1.5})
+        wait_for(status_is(store, task_id, TaskStatus.RUNNING, lease_owner="w1"), 15, "RUNNING")
+        os.kill(w1.pid, signal.SIGTERM)
+        time.sleep(0.05)
+        os.kill(w1.pid, signal.SIGINT)  # the same request, through another path
+        w1.proc.wait(30)
+        done = store.get(task_id)
+        assert done is not None and done.status is TaskStatus.SUCCEEDED
+        assert done.attempt == 1  # finished in its grace, not handed back

@@ -345,13 +345,19 @@ class Controller:
 
     def run_forever(self, grace: float = 30.0) -> None:
         """``start()``, then block until SIGTERM/SIGINT: the first signal shuts down gracefully
-        (``grace`` seconds), a second one hands the running tasks back at once."""
-        signals = {"count": 0}
+        (``grace`` seconds), a second one hands the running tasks back at once. A repeat within
+        2 s is the same request (Ctrl-C and systemd's ``KillMode=control-group`` deliver it to
+        a worker both directly and through its ``--processes`` parent)."""
+        signals = {"count": 0, "first": 0.0}
         stop = threading.Event()
 
         def on_signal(signum: int, frame: Any) -> None:
+            now = time.monotonic()
+            if signals["count"] == 1 and now - signals["first"] < 2.0:
+                return
             signals["count"] += 1
             if signals["count"] == 1:
+                signals["first"] = now
                 log.warning("%s: signal %d, shutting down (grace %.0fs)", self.owner, signum, grace)
             stop.set()
 

@@ -137,9 +137,12 @@ def decode_entry(task_id: str, key: str, member: bytes) -> Transition:
 # -- the common task hash, decoded fast ----------------------------------------------------------
 
 _STATUSES = {status.value.encode(): status for status in TaskStatus}
-#: Fields whose presence sends a hash to the strict decoder (progress, failure): rare in the
-#: rows the runtime reads back hot (started tasks).
-_RARE_FIELDS = (b"pc", b"pt", b"pm", b"ft", b"fm", b"fb")
+#: The field names the fast decoder knows (and the store's own w and fs): any other, even one
+#: that is not UTF-8 (which the strict decoder refuses), goes the strict way.
+_KNOWN_FIELDS = frozenset(
+    f.encode() for f in ("n", "s", "v", "c", "u", "g", "b", "k", "p", "a", "r", "hb", "lo",
+                         "lu", "at", "nb", "w", "fs")
+)  # fmt: skip
 
 
 def _uint(value: bytes) -> int:
@@ -172,7 +175,7 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
     UTF-8 text, known statuses, msgpack payloads; the model re-checks the rest."""
     try:
         tags = f.get(b"g")
-        if (tags is not None and tags != b"[]") or any(k in f for k in _RARE_FIELDS):
+        if (tags is not None and tags != b"[]") or not _KNOWN_FIELDS.issuperset(f):
             return None
         params, result, key = f.get(b"a"), f.get(b"r"), f.get(b"k")
         pipeline, owner = f.get(b"p"), f.get(b"lo")

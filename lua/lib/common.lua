@@ -35,9 +35,13 @@ local function key_type(key) return rcall('TYPE', key)['ok'] end
 
 -- A read that also checks the key's type: the reply, or (nil, the key's type) when the key
 -- holds another kind of value (WRONGTYPE). One command where TYPE + the read would be two.
+-- Any other error (an ACL denial, ...) is raised as redis.call would raise it.
 local function try_read(command, key, ...)
   local reply = redis.pcall(command, key, ...)
-  if type(reply) == 'table' and reply.err then return nil, key_type(key) end
+  if type(reply) == 'table' and reply.err then
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end -- not ours to judge
+    return nil, key_type(key)
+  end
   return reply
 end
 

@@ -14,7 +14,6 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.table import Table
 
 from chongming_redis.cli_common import (
     BucketsOpt,
@@ -139,6 +138,8 @@ def tasks(
     namespace: NamespaceOpt = "default",
 ) -> None:
     """List tasks (filters of TaskQuery)."""
+    from rich.table import Table  # only the commands that print tables load it
+
     with user_errors():
         statuses = None if not status else frozenset(_status(s) for s in status)
         query = TaskQuery(
@@ -165,6 +166,8 @@ def show(
     namespace: NamespaceOpt = "default",
 ) -> None:
     """One task: its snapshot and its history."""
+    from rich.table import Table  # only the commands that print tables load it
+
     with user_errors():
         store = open_store(redis, namespace)
         snapshot = store.get(task_id)
@@ -223,6 +226,8 @@ for _action in ("stop", "pause", "resume"):
 @app.command()
 def stats(redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
     """Counts per status and per bucket, live workers and their buckets."""
+    from rich.table import Table  # only the commands that print tables load it
+
     with user_errors():
         store = open_store(redis, namespace)
         counts = {s.value: n for s, n in store.counts().items()}

@@ -4,6 +4,7 @@ supervising parent (``worker_parent``), with a private Redis when none is given.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,12 @@ from typing import Any
 import typer
 
 from chongming_redis.cli_common import err, load_app, open_store, user_errors
+
+_CHILD_MODULES = (
+    "chongming_redis.runtime.controller",
+    "chongming_redis.runtime.pool",
+    "chongming_redis.stores.redis",
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,10 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
     from chongming_redis.embedded import EmbeddedRedis
     from chongming_redis.worker_parent import supervise_children
 
+    # The runtime is imported here once (run_worker's imports): a forked child starts with it
+    # loaded instead of importing it again, on every child at once.
+    for module in _CHILD_MODULES:
+        importlib.import_module(module)
     embedded = None
     if not options.redis:
         embedded = EmbeddedRedis().start()

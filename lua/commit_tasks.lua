@@ -9,8 +9,6 @@ the others.
 
 KEYS[1]  {ns}:   the namespace root; task, history and index keys are derived from it
 ARGV[1]  number of items; then per item:
-         the base token ('' for a full write): a save that sends only the columns that change
-           names the write token of the row it changes; the stored task must carry it;
          the lib/task_args layout (counted pairs), then the number of history entries, then
          (version, encoded entry) per entry
 
@@ -26,9 +24,6 @@ Replies
   item 'CONFLICT'   actual = the stored version ('' if the task does not exist); nothing
                     written for the item
   item 'EXISTS'     a create whose id is taken; nothing written for the item
-  item 'STALE'      a partial save whose base token is not the stored one (the row it was
-                    computed against is not the stored row); nothing written for the item:
-                    the caller sends it again in full
 
 Publishes '1' on the channel {ns}:nudge:work when the call created a task (idle workers wake;
 best effort: an ACL that denies the channel leaves the writes as they are).
@@ -51,12 +46,8 @@ if not is_uint(count) or tonumber(count) > 100 then return badarg('item count ma
 -- Pass 1: parse and classify every item; no writes.
 local items, pos, seen = {}, 2, {}
 for i = 1, tonumber(count) do
-  local base = ARGV[pos]
-  if not base then return badarg('item malformed') end
-  pos = pos + 1
   local creating = ARGV[pos + 2] == ''
-  if creating and base ~= '' then return badarg('a create is always a full write') end
-  local args, err, after = read_task_args(creating, pos, true, base ~= '')
+  local args, err, after = read_task_args(creating, pos, true)
   if not args then return err end
   if not creating and not is_uint(args.expect) then return badarg('expected version malformed') end
   local entries, p = {}, after
@@ -95,12 +86,9 @@ for i = 1, tonumber(count) do
       else
         item.code, item.actual = 'CONFLICT', f[1]
       end
-    elseif base ~= '' and f[2] ~= base then
-      item.code = 'STALE'
     else
       local old, bad = index_view_of(key, f, 4)
       if not old then return bad end
-      if base ~= '' then merge_view(args.view, old, args.dels) end
       item.old, item.position = old, f[3]
     end
   end

@@ -25,15 +25,8 @@ from chongming_redis.stores import _common as check
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._feed import check_page_limit, decode_tombstone, page_of, parse_cursor
 from chongming_redis.stores._keys import Keys
-from chongming_redis.stores._redis_rows import (
-    encode_entry,
-    pairs,
-    task_args,
-    token,
-    write_token,
-)
+from chongming_redis.stores._redis_rows import encode_entry, pairs, token
 from chongming_redis.stores._replies import text as _text
-from chongming_redis.stores._written_rows import WrittenRows, delta, full_row
 from chongming_redis.stores.codec import Row, decode_dt, encode_dt, snapshot_to_row
 
 T = TypeVar("T")
@@ -42,7 +35,6 @@ T = TypeVar("T")
 class RedisExtensions:
     keys: Keys
     _client: redis.Redis
-    _written: WrittenRows
 
     if TYPE_CHECKING:  # provided by RedisTaskStore
 
@@ -54,9 +46,9 @@ class RedisExtensions:
         ) -> list[Any]: ...
         def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T: ...
         def _check_open(self) -> None: ...
-        def _task_changes(
-            self, row: Row, expect: int | str, *, with_lease: bool = False
-        ) -> tuple[list[Any], list[str]]: ...
+        def _task_args(
+            self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
+        ) -> list[Any]: ...
         def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot: ...
 
     # -- batched starts and commits (one round trip each) -----------------------------------
@@ -82,12 +74,9 @@ class RedisExtensions:
         args = [owner, encode_dt(now), encode_dt(lease_until), limit, memo, memo_ms,
                 len(wanted), *wanted, len(names), *names]  # fmt: skip
         reply = self._run("start_tasks", keys, args)
-        started = []
-        for i in range(1, len(reply), 2):
-            task_id, fields = _text(reply[i]), pairs(reply[i + 1])
-            started.append(self._decode_task(task_id, fields))
-            self._written.remember_reply(task_id, fields)  # its commit sends only changes
-        return started
+        return [
+            self._decode_task(_text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply), 2)
+        ]
 
     def commit_tasks(
         self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
@@ -103,56 +92,21 @@ class RedisExtensions:
         self._check_open()
         results: list[StoreError | None] = []
         for start in range(0, len(checked), 100):
-            results += self._commit_batch(checked[start : start + 100])
-        return results
-
-    def _commit_batch(
-        self,
-        batch: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]],
-        full: bool = False,
-    ) -> list[StoreError | None]:
-        """One ``commit_tasks`` call. A save of a task whose stored row this store knows
-        (``_written``) sends only the columns that change, naming the row's token; an item
-        the script finds ``STALE`` (that row is not stored any more) is sent again in full."""
-        args: list[Any] = [len(batch)]
-        sent: list[tuple[str, dict[str, bytes]]] = []  # per item: its token, the row it leaves
-        for snapshot, expect, transitions in batch:
-            row, token = snapshot_to_row(snapshot), write_token()
-            writes, deletes = self._task_changes(row, "" if expect is None else expect,
-                                                 with_lease=expect is None)  # fmt: skip
-            known = None if expect is None or full else self._written.base(snapshot.task_id,
-                                                                           expect)  # fmt: skip
-            base = ""
-            if known is not None:
-                base, (writes_sent, deletes_sent) = known[0], delta(writes, deletes, known[1])
-            else:
-                writes_sent, deletes_sent = writes, deletes
-            args += [base, *task_args(row["task_id"], token, "" if expect is None else expect,
-                                      writes_sent, deletes_sent, counted=True)]  # fmt: skip
-            args.append(len(transitions))
-            for transition in transitions:
-                args += [transition.version, encode_entry(transition)]
-            sent.append((token, full_row(writes)))
-        reply = self._run("commit_tasks", [self.keys.root], args)
-        results: list[StoreError | None] = []
-        stale: list[int] = []
-        for i, (snapshot, expect, _) in enumerate(batch):
-            code = _text(reply[1 + 2 * i])
-            if code == "STALE":
-                stale.append(i)
-                results.append(None)  # replaced below
-                continue
-            item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
-            error = replies.item_error(item, code, reply[2 + 2 * i])
-            results.append(error)
-            if error is None and not snapshot.status.is_terminal:
-                token, written = sent[i]
-                self._written.remember(snapshot.task_id, snapshot.status_version, token, written)
-            else:
-                self._written.forget(snapshot.task_id)
-        if stale:
-            for i, error in zip(stale, self._commit_batch([batch[i] for i in stale], full=True)):
-                results[i] = error
+            batch = checked[start : start + 100]
+            args: list[Any] = [len(batch)]
+            for snapshot, expect, transitions in batch:
+                row = snapshot_to_row(snapshot)
+                if expect is None:
+                    args += self._task_args(row, "", with_lease=True, counted=True)
+                else:
+                    args += self._task_args(row, expect, counted=True)
+                args.append(len(transitions))
+                for transition in transitions:
+                    args += [transition.version, encode_entry(transition)]
+            reply = self._run("commit_tasks", [self.keys.root], args)
+            for i, (snapshot, expect, _) in enumerate(batch):
+                item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
+                results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
         return results
 
     def server_time(self) -> datetime:

@@ -89,20 +89,6 @@ def task_hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], 
     return hash_changes({**columns, **left_out}, fields)
 
 
-def task_args(
-    task_id: Any,
-    token: str,
-    expect: int | str,
-    writes: list[Any],
-    deletes: list[str],
-    *,
-    counted: bool,
-) -> list[Any]:
-    """The ``lua/lib/task_args`` layout (``counted``: the pairs preceded by their number)."""
-    count = [len(writes) // 2] if counted else []
-    return [task_id, token, expect, len(deletes), *deletes, *count, *writes]
-
-
 def field_of(column: str | None, fields: dict[str, str]) -> str | None:
     return None if column is None else fields.get(column, column)
 

@@ -184,8 +184,6 @@ REPLIES: Mapping[str, Replies] = {
             "APPLIED": RETRIED,
             "CONFLICT": Code("the stored version is another (or the task is missing)", _conflict),
             "EXISTS": Code("a create whose id is taken", _task_exists),
-            "STALE": Code("a partial save met another row than its base: sent again in full",
-                          applied=False),
         },
     ),
     "changes": Replies(

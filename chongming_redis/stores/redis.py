@@ -54,7 +54,6 @@ from chongming_redis.stores._redis_rows import (
     field_of,
     hash_changes,
     pairs,
-    task_args,
     task_hash_changes,
     token,
     write_token,
@@ -62,7 +61,6 @@ from chongming_redis.stores._redis_rows import (
 from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
 from chongming_redis.stores._replies import text as _text
 from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
-from chongming_redis.stores._written_rows import WrittenRows
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Primitive,
@@ -124,8 +122,6 @@ class RedisTaskStore(RedisExtensions):
         #: ``chongming-redis worker`` process gives its controller; settable.
         self.audit_owner = audit_owner or f"{os.uname().nodename}-{os.getpid()}"
         self.legacy_scripts = False
-        #: The rows this store last wrote or started, for commits that send only changes.
-        self._written = WrittenRows()
         with self._errors():
             self.legacy_scripts = not supports_script_flags(client)
             self._scripts: dict[str, Script] = {
@@ -458,19 +454,15 @@ class RedisTaskStore(RedisExtensions):
         self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
     ) -> list[Any]:
         """create writes the whole task, lease included; save never writes the lease.
-        ``counted``: the pairs are preceded by their number (commit_tasks' layout)."""
-        writes, deletes = self._task_changes(row, expect, with_lease=with_lease)
-        return task_args(row["task_id"], write_token(), expect, writes, deletes, counted=counted)
-
-    def _task_changes(
-        self, row: Row, expect: int | str, *, with_lease: bool = False
-    ) -> tuple[list[Any], list[str]]:
-        """The field/value pairs a write of ``row`` sets and the fields it deletes. A create
-        (``expect == ""``) deletes nothing: a new hash has nothing to delete."""
+        ``counted``: the pairs are preceded by their number (commit_tasks' layout). A create
+        (``expect == ""``) sends no deletions: a new hash has nothing to delete."""
         skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
         columns = {c: v for c, v in row.items() if c not in skip}
         writes, deletes = task_hash_changes(columns, TASK_FIELDS)
-        return writes, [] if expect == "" else deletes
+        if expect == "":
+            deletes = []
+        count = [len(writes) // 2] if counted else []
+        return [row["task_id"], write_token(), expect, len(deletes), *deletes, *count, *writes]
 
     def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
         snapshot = fast_snapshot(task_id, fields)

@@ -19,9 +19,8 @@ local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, 
 -- Returns (args = { id, token, expect, dels, from, to, view, version }, nil, next position)
 -- or (nil, badarg reply). The pairs to write are ARGV[from .. to]. Only create passes
 -- allow_lease: a new task is written whole, lease included; save never writes or deletes the
--- lease columns. `partial`: the pairs are only the columns that change (commit_tasks with a
--- base token); the view is completed from the stored one by merge_view.
-local function read_task_args(allow_lease, pos, counted, partial)
+-- lease columns.
+local function read_task_args(allow_lease, pos, counted)
   pos = pos or 1
   local args = { id = ARGV[pos], token = ARGV[pos + 1], expect = ARGV[pos + 2] }
   if not args.id or args.id == '' then return nil, badarg('task id missing') end
@@ -55,45 +54,14 @@ local function read_task_args(allow_lease, pos, counted, partial)
       return nil, badarg('may not write lease field ' .. field)
     end
   end
-  local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g }
+  local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]' }
+  if not view.s or not STATUSES[view.s] then return nil, badarg('unknown status') end
+  if not is_uint(view.b) then return nil, badarg('bucket is not a canonical integer') end
+  if not is_uint(view.c) then return nil, badarg('created_at is not a canonical integer') end
   if not is_uint(map.v) then return nil, badarg('status_version is not a canonical integer') end
-  if partial then -- the columns that change only: what is not given is kept (merge_view)
-    if view.s and not STATUSES[view.s] then return nil, badarg('unknown status') end
-    if view.b and not is_uint(view.b) then return nil, badarg('bucket is not a canonical integer') end
-    if view.c and not is_uint(view.c) then
-      return nil, badarg('created_at is not a canonical integer')
-    end
-    if view.n == '' then return nil, badarg('name missing') end
-  else
-    view.g = view.g or '[]'
-    if not view.s or not STATUSES[view.s] then return nil, badarg('unknown status') end
-    if not is_uint(view.b) then return nil, badarg('bucket is not a canonical integer') end
-    if not is_uint(view.c) then return nil, badarg('created_at is not a canonical integer') end
-    if not view.n or view.n == '' then return nil, badarg('name missing') end
-  end
-  if view.g then
-    view.tags = decode_tags(view.g)
-    if not view.tags then return nil, badarg('tags are not a JSON array of strings') end
-  end
+  if not view.n or view.n == '' then return nil, badarg('name missing') end
+  view.tags = decode_tags(view.g)
+  if not view.tags then return nil, badarg('tags are not a JSON array of strings') end
   args.dels, args.from, args.to, args.view, args.version = dels, from, to, view, map.v
   return args, nil, to + 1
-end
-
--- A partial write's view, completed from the stored view `old`: a column not given is kept,
--- one deleted is gone (the pipeline) or empty (the tags).
-local function merge_view(view, old, dels)
-  local deleted = {}
-  for i = 1, #dels do deleted[dels[i]] = true end
-  for _, k in ipairs({ 's', 'b', 'c', 'n' }) do
-    if view[k] == nil then view[k] = old[k] end
-  end
-  if view.p == nil and not deleted.p then view.p = old.p end
-  if view.g == nil then
-    if deleted.g then
-      view.g, view.tags = '[]', {}
-    else
-      view.g, view.tags = old.g, old.tags
-    end
-  end
-  return view
 end

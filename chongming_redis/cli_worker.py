@@ -7,11 +7,14 @@ import dataclasses
 import importlib
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from chongming_redis.cli_common import err, load_app, open_store, user_errors
+
+if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
+    from chongming_redis.runtime.config import ControllerConfig
 
 _CHILD_MODULES = (
     "chongming_redis.runtime.controller",
@@ -25,7 +28,7 @@ class WorkerOptions:
     app_spec: str
     redis: str | None
     namespace: str
-    config: Any  # ControllerConfig (imported lazily: the CLI starts fast)
+    config: ControllerConfig
     num_buckets: int
     worker_lease: float
     grace: float

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -203,3 +204,38 @@ def test_no_more_tasks_are_outstanding_than_the_window_allows(
     state["gate"].set()
     for task_id in others:
         wait_status(store, task_id, TaskStatus.SUCCEEDED)
+
+
+class SlowStartStore(InMemoryTaskStore):
+    """Its batched start takes a while, and says when it has begun: long enough for a
+    shutdown to begin while tasks are being started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starting = threading.Event()
+
+    def start_tasks(self, **options: Any) -> list[Any]:
+        started = super().start_tasks(**options)
+        if started:
+            self.starting.set()
+            time.sleep(0.5)
+        return started
+
+
+def test_a_task_started_while_shutdown_begins_is_handed_back_not_left_running() -> None:
+    store = SlowStartStore()
+    app = App("prefetch-race")
+    ran: list[str] = []
+
+    @app.task()
+    def quick(ctx: TaskContext, params: Any) -> None:
+        ran.append(ctx.task_id)
+
+    controller = Controller(store, app=app, **{**FAST, "concurrency": 1, "prefetch": 0})
+    controller.start()
+    task_id = controller.submit("quick")
+    assert store.starting.wait(10)  # the start call is under way: stored RUNNING, not yet held
+    controller.shutdown(grace=5)  # begins while the start call has not returned
+    snapshot = wait_status(store, task_id, TaskStatus.PENDING)
+    assert snapshot.attempt == 2  # handed back at once, not left RUNNING until its lease ends
+    assert ran == []

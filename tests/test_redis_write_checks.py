@@ -178,3 +178,50 @@ def test_the_next_write_after_a_refused_one_gets_a_fresh_feed_position(
     assert store.counts()[P] == 3
     page = store.changes("0")
     assert [item.task_id for item in page.tasks] == ["first", "second", "third"]
+
+
+@pytest.mark.parametrize(
+    ("write", "field", "value"),
+    [("prune", "tombs", "x"), ("start_tasks", "running", "007"), ("save", "running", "-0"),
+     ("create", "running", "00")],
+)  # fmt: skip
+def test_counters_redis_would_refuse_are_caught_before_the_first_write(
+    store: RedisTaskStore,
+    client: redis.Redis,
+    namespace: str,
+    write: str,
+    field: str,
+    value: str,
+) -> None:
+    """``HINCRBY`` refuses leading zeros and ``-0``; the feed's tombstone count is a counter
+    too: each is CORRUPT before anything is written, not a failure halfway."""
+    seed(store)
+    key = store.keys.root + "feed" if field == "tombs" else store.keys.counts
+    client.hset(key, field, value)
+    before = dump_namespace(client, namespace)
+    with pytest.raises(CorruptRecord) as caught:
+        writes(store)[write]()
+    assert caught.value.key == key
+    assert dump_namespace(client, namespace) == before
+
+
+def test_a_corrupt_feed_position_is_corrupt_and_writes_nothing(
+    store: RedisTaskStore, client: redis.Redis, namespace: str
+) -> None:
+    seed(store)
+    client.hset(store.keys.task("old"), "fs", "abc")
+    before = dump_namespace(client, namespace)
+    with pytest.raises(CorruptRecord) as caught:
+        writes(store)["save"]()
+    assert caught.value.key == store.keys.task("old")
+    assert dump_namespace(client, namespace) == before
+
+
+def test_a_start_with_nothing_to_start_does_not_look_at_the_feed(
+    store: RedisTaskStore, client: redis.Redis
+) -> None:
+    """A broken feed key fails the writes that would touch it, not an idle worker's polls."""
+    client.set(store.keys.root + "fcs", "x")
+    now = T0 + timedelta(seconds=5)
+    assert store.start_tasks(owner="w", now=now, lease_until=now + timedelta(seconds=30),
+                             buckets=[3]) == []  # fmt: skip

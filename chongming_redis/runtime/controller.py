@@ -322,6 +322,7 @@ class Controller:
         """Take no new work; let running tasks finish within ``grace`` seconds; then hand the
         rest back: ``"requeue"`` (a new attempt, ``PENDING``; a paused task stays ``PAUSED``)
         or ``"stop"`` (``STOPPED``)."""
+        self.runner.shutdown_policy = hand_back
         self._accepting.clear()  # from now on no task begins (runner._begin)
         if self.bucket_pool is not None:
             self.bucket_pool.stop()

@@ -56,6 +56,8 @@ class Runner:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._outstanding = 0  # started here, task function not yet returned
+        #: How a started task that will not begin is handed back once shutdown has begun.
+        self.shutdown_policy = "requeue"
         self._window = Window(self.config.concurrency, self.config.prefetch)
 
     def open(self, owner: str) -> None:
@@ -123,6 +125,12 @@ class Runner:
             if self._begin(held):
                 self._execute(held)
                 self._window.ran(time.monotonic() - started)
+            elif self.claim_unbegun(held):
+                # Started while shutdown began (after its hand-back of the waiting tasks): it
+                # never runs here, so it goes back now, as the others did.
+                self.writer.hand_back(held, self.shutdown_policy)
+                if not held.pending:
+                    self.held.forget(held)
         finally:
             with self._lock:
                 self._outstanding -= 1

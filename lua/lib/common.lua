@@ -39,7 +39,8 @@ local function key_type(key) return rcall('TYPE', key)['ok'] end
 local function try_read(command, key, ...)
   local reply = redis.pcall(command, key, ...)
   if type(reply) == 'table' and reply.err then
-    if not string.find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end -- not ours to judge
+    -- Not ours to judge (an ACL denial, ...): fail as redis.call fails, on every version.
+    if not string.find(reply.err, 'WRONGTYPE', 1, true) then return rcall(command, key, ...) end
     return nil, key_type(key)
   end
   return reply

@@ -70,7 +70,11 @@ end
 -- caller writes to the task hash's 'fs' field in the same HSET as the change.
 local function feed_next(root, old, id)
   local position = feed_put(root, 't' .. id)
-  if old then feed_drop(old) end
+  if old and not is_uint(old) then
+    FEED.bad = FEED.bad or id -- feed_check reports it; nothing is written
+  elseif old then
+    feed_drop(old)
+  end
   return position
 end
 
@@ -86,6 +90,10 @@ end
 -- CORRUPT if a key the collected writes touch was broken by another client (the head hash,
 -- a chunk, the chunk list), else nil. Reads only: scripts call it before their first write.
 local function feed_check(root)
+  if FEED.bad then
+    return corrupt(root .. 't:' .. FEED.bad, 'fs', 'feed position is not a canonical integer')
+  end
+  if FEED.issued == 0 and FEED.tombs == 0 and #FEED.drop_chunks == 0 then return nil end
   local kinds = { [root .. 'feed'] = 'hash', [root .. 'fcs'] = 'zset' }
   for _, n in ipairs(FEED.put_chunks) do kinds[root .. 'fc:' .. n] = 'hash' end
   for _, n in ipairs(FEED.drop_chunks) do kinds[root .. 'fc:' .. n] = 'hash' end
@@ -95,8 +103,11 @@ local function feed_check(root)
       return corrupt(key, '', 'feed key holds a ' .. kind .. ', not a ' .. want)
     end
   end
-  local head = rcall('HGET', root .. 'feed', 'head')
+  local head, tombs = unpack(rcall('HMGET', root .. 'feed', 'head', 'tombs'))
   if head and not is_uint(head) then return corrupt(root .. 'feed', 'head', 'not an integer') end
+  if FEED.tombs > 0 and tombs and not is_uint(tombs) then
+    return corrupt(root .. 'feed', 'tombs', 'not an integer')
+  end
   return nil
 end
 

@@ -62,7 +62,8 @@ local function index_check()
     if not values then return corrupt(key, '', 'counters hold a ' .. kind .. ', not a hash') end
     for i, value in ipairs(names) do
       local v = values[i]
-      if v and not (#v <= 18 and string.match(v, '^%-?%d+$')) then
+      -- What HINCRBY takes: an integer without leading zeros or '-0'.
+      if v and v ~= '0' and not (#v <= 18 and string.match(v, '^%-?[1-9]%d*$')) then
         return corrupt(key, value, 'counter is not an integer')
       end
     end

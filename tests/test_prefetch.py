@@ -239,3 +239,35 @@ def test_a_task_started_while_shutdown_begins_is_handed_back_not_left_running() 
     snapshot = wait_status(store, task_id, TaskStatus.PENDING)
     assert snapshot.attempt == 2  # handed back at once, not left RUNNING until its lease ends
     assert ran == []
+
+
+def test_a_task_is_handed_back_once_however_often_it_is_asked() -> None:
+    """A second signal and the shutdown thread may both hand back the same task: it must get
+    one new attempt, not two."""
+    store = InMemoryTaskStore()
+    app = App("hand-back-once")
+    gate = threading.Event()
+
+    @app.task()
+    def block(ctx: TaskContext, params: Any) -> None:
+        gate.wait(10)
+
+    controller = Controller(store, app=app, **{**FAST, "concurrency": 1})
+    controller.start()
+    try:
+        task_id = controller.submit("block")
+        wait_status(store, task_id, TaskStatus.RUNNING)
+        held = controller.held.get(task_id)
+        assert held is not None
+        threads = [threading.Thread(target=controller.writer.hand_back, args=(held, "requeue"))
+                   for _ in range(4)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        snapshot = wait_status(store, task_id, TaskStatus.PENDING)
+        assert snapshot.attempt == 2
+        assert [t.reason for t in store.history(task_id)].count("handed back at shutdown") == 1
+    finally:
+        gate.set()
+        controller.shutdown(grace=2)

@@ -34,6 +34,7 @@ class Held:
     stop_commands: list[str] = field(default_factory=list)
     done: bool = False
     began: bool = False  # its function was called (a prefetched task waits with False)
+    handed_back: bool = False  # given back (shutdown, a pause while it waited): at most once
     final_outcome: str = "already-terminal"
     queued: bool = False  # waiting for the group committer
 

@@ -14,6 +14,7 @@ let go, loudly. A lost reply is told apart from a real conflict by reading the t
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +48,7 @@ class TaskWriter:
         self.held = held
         self.config = config
         self.retry = retry
+        self._hand_backs = threading.Lock()
 
     # -- held tasks: state changes ---------------------------------------------------------
 
@@ -141,7 +143,12 @@ class TaskWriter:
         """Give a task this process will not finish back: requeue it (a new attempt) or stop
         it. A paused task stays paused (a new attempt, not started) until someone resumes it.
         Its thread may still run; the version bump fences every write it tries. ``why`` ends
-        the history entry's reason."""
+        the history entry's reason. A task is handed back once: a second call (a second
+        signal racing the shutdown thread) does nothing."""
+        with self._hand_backs:
+            if held.handed_back:
+                return
+            held.handed_back = True
         if policy == "stop":
             self.transition(held, TaskStatus.STOPPED, f"stopped {why}")
         elif held.snapshot.status is TaskStatus.PAUSED:

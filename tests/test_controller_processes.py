@@ -256,7 +256,10 @@ def test_pause_resume_stop_from_another_process(
     client = client_controller(store)
     rounds = 20
     with apps(tmp_path, redis_proc.url, namespace) as workers:
-        w1 = workers.start("w1", "--task-lease", "2")
+        # A 5 s lease: this test is about control, not leases. With 2 s, one CI run saw the
+        # task stop moving after a resume, most likely its lease lost to renewals delayed
+        # past 1.6 s on a busy machine (not reproduced).
+        w1 = workers.start("w1", "--task-lease", "5")
         task_id = client.submit("steps", {"steps": 100_000, "sleep": 0.02})
         wait_for(status_is(store, task_id, TaskStatus.RUNNING, lease_owner="w1"), 15, "RUNNING")
         wait_for(lambda: counter(coord, namespace, task_id, 1, "w1") >= 3, 10, "first steps")
@@ -283,7 +286,7 @@ def test_pause_resume_stop_from_another_process(
             moving = counter(coord, namespace, task_id, 1, "w1")
             wait_for(
                 lambda seen=moving: counter(coord, namespace, task_id, 1, "w1") > seen,
-                5,
+                15,
                 "progress after resume",
             )
 

@@ -4,7 +4,7 @@ one byte), hash field changes, the index a query walks, write tokens."""
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import msgpack
@@ -14,11 +14,11 @@ from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transitio
 from chongming_redis.stores.codec import (
     Row,
     RowError,
+    decode_dt,
     decode_payload,
     row_to_transition,
     transition_to_row,
 )
-from chongming_redis.validation import EPOCH, MAX_EPOCH_US
 
 _ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
 
@@ -153,18 +153,7 @@ def _uint(value: bytes) -> int:
 
 
 def _when(value: bytes | None) -> datetime | None:
-    if value is None:
-        return None
-    micros = _uint(value)
-    if micros > MAX_EPOCH_US:
-        raise ValueError("out of range")
-    return EPOCH + timedelta(microseconds=micros)
-
-
-def _required_when(value: bytes) -> datetime:
-    when = _when(value)
-    assert when is not None
-    return when
+    return None if value is None else decode_dt(value)
 
 
 def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
@@ -184,8 +173,8 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
             name=f[b"n"].decode(),
             status=_STATUSES[f[b"s"]],
             status_version=_uint(f[b"v"]),
-            created_at=_required_when(f[b"c"]),
-            updated_at=_required_when(f[b"u"]),
+            created_at=decode_dt(f[b"c"]),
+            updated_at=decode_dt(f[b"u"]),
             bucket=_uint(f[b"b"]),
             key=None if key is None else key.decode(),
             pipeline_run_id=None if pipeline is None else pipeline.decode(),

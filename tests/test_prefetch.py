@@ -123,12 +123,18 @@ def one_slot() -> Iterator[tuple[Controller, InMemoryTaskStore, dict[str, Any]]]
         controller.shutdown(grace=2, hand_back="stop")
 
 
+def occupy_the_slot(controller: Controller, state: dict[str, Any]) -> str:
+    """Submit the blocker and wait until it runs: the only slot is busy from then on."""
+    blocker = controller.submit("block")
+    wait_until(lambda: state["ran"] == [blocker], what="the blocker to run")
+    return blocker
+
+
 def test_a_prefetched_task_stopped_while_waiting_is_stopped_at_once_and_never_begins(
     one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
 ) -> None:
     controller, store, state = one_slot
-    blocker = controller.submit("block")
-    wait_until(lambda: state["ran"] == [blocker], what="the blocker to run")
+    blocker = occupy_the_slot(controller, state)
     waiting = controller.submit("quick")
     snapshot = wait_status(store, waiting, TaskStatus.RUNNING)  # started: prefetched
     assert snapshot.lease_owner == controller.owner
@@ -146,8 +152,7 @@ def test_a_prefetched_task_paused_while_waiting_is_handed_back_paused_and_runs_a
     one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
 ) -> None:
     controller, store, state = one_slot
-    blocker = controller.submit("block")
-    wait_until(lambda: state["ran"] == [blocker], what="the blocker to run")
+    blocker = occupy_the_slot(controller, state)
     waiting = controller.submit("quick")
     wait_status(store, waiting, TaskStatus.RUNNING)
     assert controller.pause(waiting) == "paused"
@@ -170,8 +175,7 @@ def test_shutdown_hands_waiting_tasks_back_at_once_and_none_begins_after_it(
     one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
 ) -> None:
     controller, store, state = one_slot
-    blocker = controller.submit("block")
-    wait_until(lambda: state["ran"] == [blocker], what="the blocker to run")
+    blocker = occupy_the_slot(controller, state)
     waiting = [controller.submit("quick") for _ in range(2)]
     for task_id in waiting:
         wait_status(store, task_id, TaskStatus.RUNNING)
@@ -192,8 +196,7 @@ def test_no_more_tasks_are_outstanding_than_the_window_allows(
     one_slot: tuple[Controller, InMemoryTaskStore, dict[str, Any]],
 ) -> None:
     controller, store, state = one_slot
-    blocker = controller.submit("block")
-    wait_until(lambda: state["ran"] == [blocker], what="the blocker to run")
+    occupy_the_slot(controller, state)
     others = [controller.submit("quick") for _ in range(5)]
     wait_until(
         lambda: sum(store.get(t).status is TaskStatus.RUNNING for t in others) == 2,  # type: ignore[union-attr]

@@ -35,7 +35,8 @@ end
 local function feed_put(root, value)
   if not FEED.head then
     local head = redis.pcall('HGET', root .. 'feed', 'head')
-    FEED.head = tonumber(type(head) == 'string' and head or '0') or 0 -- feed_check: a bad one
+    FEED.raw_head = type(head) == 'string' and head or nil -- feed_check judges it
+    FEED.head = tonumber(FEED.raw_head or '0') or 0
   end
   FEED.issued = FEED.issued + 1
   local position = FEED.head + FEED.issued
@@ -103,9 +104,10 @@ local function feed_check(root)
       return corrupt(key, '', 'feed key holds a ' .. kind .. ', not a ' .. want)
     end
   end
-  local head, tombs = unpack(rcall('HMGET', root .. 'feed', 'head', 'tombs'))
+  local head = FEED.raw_head -- read once, by the first feed_put
   if head and not is_uint(head) then return corrupt(root .. 'feed', 'head', 'not an integer') end
-  if FEED.tombs > 0 and tombs and not is_uint(tombs) then
+  local tombs = FEED.tombs > 0 and rcall('HGET', root .. 'feed', 'tombs')
+  if tombs and not is_uint(tombs) then
     return corrupt(root .. 'feed', 'tombs', 'not an integer')
   end
   return nil

@@ -32,17 +32,23 @@ from chongming_redis.model import (
     Tombstone,
     Transition,
 )
+from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 if TYPE_CHECKING:
+    from chongming_redis.client import Client
+    from chongming_redis.runtime.app import App
     from chongming_redis.runtime.buckets import BucketPolicy
+    from chongming_redis.runtime.context import TaskContext
     from chongming_redis.runtime.controller import Controller
     from chongming_redis.runtime.retry import RetryPolicy
     from chongming_redis.stores.redis import RedisTaskStore
 
 __all__ = [
+    "App",
     "BucketPolicy",
     "ChangePage",
+    "Client",
     "Command",
     "CommandAlreadyExists",
     "CommandKind",
@@ -61,14 +67,22 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TaskAlreadyExists",
+    "TaskContext",
+    "TaskFailed",
+    "TaskLost",
+    "TaskOutcome",
     "TaskQuery",
     "TaskSnapshot",
     "TaskStatus",
+    "TaskStopped",
     "Tombstone",
     "Transition",
 ]
 
 _LAZY = {
+    "TaskContext": "chongming_redis.runtime.context",
+    "App": "chongming_redis.runtime.app",
+    "Client": "chongming_redis.client",
     "RedisTaskStore": "chongming_redis.stores.redis",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",

@@ -18,14 +18,21 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
-from chongming_redis.model import Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores import _common as check
+from chongming_redis.stores.codec import encode_dt as snapshot_to_row_dt
 from chongming_redis.stores.codec import snapshot_to_row
 from chongming_redis.stores.extensions import CommitItem
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 EXPECTED = frozenset(
-    {"BatchingStore", "FencedTouchStore", "ServerClockStore", "BucketCountingStore"}
+    {
+        "BatchingStore",
+        "FencedTouchStore",
+        "ServerClockStore",
+        "BucketCountingStore",
+        "CommandReadingStore",
+    }
 )
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED
 
@@ -817,6 +824,36 @@ ONLY = "test_start_takes_only_pending_tasks_of_the_given_buckets_and_names"
 ORDER = "test_start_respects_not_before_order_and_limit"
 ACROSS = "test_start_takes_the_oldest_tasks_across_buckets_up_to_the_limit"
 START_ARGS = "test_start_refuses_bad_arguments"
+
+
+class GetCommandLeasesIt(InMemoryTaskStore):
+    """Reading a command claims it (a producer waiting for an outcome would steal it)."""
+
+    def get_command(self, command_id: str) -> Command | None:
+        found = super().get_command(command_id)
+        if found is not None and found.lease_until is None and found.finished_at is None:
+            self._commands[command_id]["lease_until"] = snapshot_to_row_dt(found.created_at)
+            return super().get_command(command_id)
+        return found
+
+
+class GetCommandDropsTheOutcome(InMemoryTaskStore):
+    """A completed command reads back without its outcome."""
+
+    def get_command(self, command_id: str) -> Command | None:
+        found = super().get_command(command_id)
+        return None if found is None else replace(found, outcome=None)
+
+
+class GetCommandWorksAfterClose(InMemoryTaskStore):
+    def get_command(self, command_id: str) -> Command | None:
+        self._closed, closed = False, self._closed
+        try:
+            return super().get_command(command_id)
+        finally:
+            self._closed = closed
+
+
 FENCE_APPLIES = "test_a_fenced_touch_applies_on_its_version_and_never_bumps_it"
 FENCE_REFUSES = "test_a_fenced_touch_on_another_version_or_missing_task_writes_nothing"
 FENCE_ONLY = "test_a_fenced_touch_checks_nothing_but_the_version"
@@ -824,6 +861,8 @@ CLOCK = "test_server_time_is_an_aware_utc_now"
 COUNTS = "test_bucket_counts_follow_every_write_and_list_zeros"
 MOVES = "test_bucket_counts_follow_a_task_that_changes_bucket"
 DECLARED = "test_the_store_implements_exactly_the_declared_extensions"
+READS_COMMANDS = "test_get_command_reads_a_command_back_as_it_moves_and_never_claims_it"
+READS_REFUSE = "test_get_command_refuses_bad_ids_and_a_closed_store"
 
 #: Broken store -> the ExtensionsContract test that pins the rule it breaks.
 CAUGHT_BY: dict[str, str] = {
@@ -882,6 +921,9 @@ CAUGHT_BY: dict[str, str] = {
     "BucketCountsWorkAfterClose": COUNTS,
     "LostTheServerClock": DECLARED,
     "ClaimsAHalfFinishedPool": DECLARED,
+    "GetCommandLeasesIt": READS_COMMANDS,
+    "GetCommandDropsTheOutcome": READS_COMMANDS,
+    "GetCommandWorksAfterClose": READS_REFUSE,
 }
 
 #: Every broken store of this module, by class name.

@@ -18,8 +18,16 @@ from chongming_redis.testing.extensions_contract import ExtensionsContract
 from tests.json_file_store import JsonFileTaskStore
 from tests.support.redis_server import RedisProc
 
-MEMORY = frozenset({"BatchingStore", "FencedTouchStore", "ServerClockStore", "BucketCountingStore"})
-REDIS = MEMORY | {"BucketPoolStore", "NudgeStore"}
+MEMORY = frozenset(
+    {
+        "BatchingStore",
+        "FencedTouchStore",
+        "ServerClockStore",
+        "BucketCountingStore",
+        "CommandReadingStore",
+    }
+)
+REDIS = MEMORY | {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore"}
 
 
 class TestInMemoryExtensions(ExtensionsContract):

@@ -38,7 +38,13 @@ from tests.test_controller import (
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED
 OK, FAILED, STOPPED = TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.STOPPED
 T0 = datetime(2024, 3, 10, 12, 0, 0, 123456, tzinfo=timezone.utc)
-BUILT_IN = {"BatchingStore", "FencedTouchStore", "ServerClockStore", "BucketCountingStore"}
+BUILT_IN = {
+    "BatchingStore",
+    "FencedTouchStore",
+    "ServerClockStore",
+    "BucketCountingStore",
+    "CommandReadingStore",
+}
 
 
 class MinimalStore:
@@ -82,7 +88,7 @@ def test_the_adapter_resolves_each_extension_of_each_store(
     redis_store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     expected: list[tuple[Any, set[str]]] = [
         (InMemoryTaskStore(), BUILT_IN),
-        (redis_store, BUILT_IN | {"BucketPoolStore", "NudgeStore"}),
+        (redis_store, BUILT_IN | {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore"}),
         (minimal, set()),
     ]
     for store, names in expected:

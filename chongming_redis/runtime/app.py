@@ -9,18 +9,26 @@ gets the same types::
     def resize(ctx: TaskContext, params: Resize) -> dict: ...
 
 ``Controller(store, app=app)`` runs them; ``chongming-redis worker mymodule:app`` too.
+``@app.task()`` returns a ``TaskFunction``: still callable as the function, and a typed handle
+to submit it (``resize.submit(client, width=640)``), so a misspelt task name fails at import.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from chongming_redis.validation import check_identifier
+
+if TYPE_CHECKING:  # the clients sit above the runtime: only their types are named here
+    from chongming_redis.client import Client, TaskHandle
+
+R = TypeVar("R")
 
 
 class UnknownTask(ValueError):
@@ -51,6 +59,11 @@ class TaskType:
             raise InvalidParams(f"parameters of {self.name!r} do not validate: {exc}") from None
         return model.model_dump(mode="json")
 
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` task: run on the worker's event loop, not in a thread."""
+        return inspect.iscoroutinefunction(self.fn)
+
     def load(self, stored: Any) -> Any:
         """The stored parameters as the function receives them."""
         if self.params_model is None:
@@ -69,21 +82,29 @@ class App:
         *,
         params: type[BaseModel] | None = None,
         isolation: str = "thread",
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    ) -> Callable[[Callable[..., R]], TaskFunction[R]]:
         """Register ``fn(ctx, params)`` under ``name`` (default: the function's name). With a
         pydantic model (``params=`` or the annotation of the second argument), submitted
         parameters are validated and the function receives a model instance.
 
         ``isolation="process"`` runs each execution in a child process (CPU-heavy work; stop
-        and pause then work without the task's cooperation: see ``runtime/isolation.py``)."""
+        and pause then work without the task's cooperation: see ``runtime/isolation.py``).
+        ``fn`` may be ``async def`` (it runs on the worker's event loop). Its signature is
+        checked now: it must accept ``(ctx, params)`` (``TypeError`` otherwise)."""
         if isolation not in ("thread", "process"):
             raise ValueError(f"isolation must be 'thread' or 'process', not {isolation!r}")
 
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            task_name = check_identifier(name or fn.__name__, "task name")
+        def register(fn: Callable[..., R]) -> TaskFunction[R]:
+            if isinstance(fn, TaskFunction):
+                fn = fn.fn
+            task_name = check_identifier(name or getattr(fn, "__name__", ""), "task name")
+            _check_signature(fn, task_name)
+            if isolation == "process" and inspect.iscoroutinefunction(fn):
+                raise ValueError(f"task {task_name!r}: an async task cannot run in a process")
             model = params or _annotated_model(fn)
-            self.types[task_name] = TaskType(task_name, fn, model, isolation)
-            return fn
+            task_type = TaskType(task_name, fn, model, isolation)
+            self.types[task_name] = task_type
+            return TaskFunction(task_type)
 
         return register
 
@@ -93,6 +114,56 @@ class App:
             known = ", ".join(sorted(self.types)) or "none registered"
             raise UnknownTask(f"unknown task type {name!r} (known: {known})")
         return task_type
+
+
+class TaskFunction(Generic[R]):
+    """What ``@app.task()`` returns: the function (call it as before, in tests for example)
+    and a typed handle to submit it by its registered name."""
+
+    def __init__(self, task_type: TaskType) -> None:
+        self.task_type = task_type
+        self.fn = task_type.fn
+        self.name = task_type.name
+        functools.update_wrapper(self, task_type.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
+
+    def submit(self, client: Client, params: Any = None, /, **fields: Any) -> TaskHandle:
+        """Submit one task of this type: ``resize.submit(client, width=640)`` or
+        ``resize.submit(client, Resize(width=640))``. Options of ``Client.submit`` (``key``,
+        ``tags``, ``delay``, ...) are passed by name as ``submit_options``."""
+        options = fields.pop("submit_options", None) or {}
+        return client.submit(self.task_type, _params(params, fields), **options)
+
+    def submit_many(self, client: Client, params_list: Iterable[Any]) -> list[TaskHandle]:
+        return client.submit_many(self.task_type, params_list)
+
+    def __repr__(self) -> str:
+        return f"<task {self.name!r} of {self.fn.__module__}.{self.fn.__qualname__}>"
+
+
+def _params(params: Any, fields: dict[str, Any]) -> Any:
+    if params is not None and fields:
+        raise TypeError("pass the parameters either as one object or as keywords, not both")
+    return fields if params is None and fields else params
+
+
+def _check_signature(fn: Callable[..., Any], task_name: str) -> None:
+    """A task function is called ``fn(ctx, params)``: refuse one that cannot be, now."""
+    if not callable(fn):
+        raise TypeError(f"task {task_name!r}: {fn!r} is not callable")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: it is called as it is
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise TypeError(
+            f"task {task_name!r}: {getattr(fn, '__qualname__', fn)}{signature} must accept "
+            "(ctx, params): the task context and the parameters"
+        ) from None
 
 
 def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.held import Held, advance, holder
+from chongming_redis.runtime.submission import unheld_target
 from chongming_redis.runtime.writer import TaskWriter
 
 
@@ -59,16 +60,8 @@ class CommandHandler:
     def control_unheld(self, snapshot: TaskSnapshot, command: Command) -> str:
         """Stop, pause or resume a task nobody runs (``PENDING``, or paused before it started
         or handed back paused)."""
-        target = {
-            CommandKind.STOP: TaskStatus.STOPPED,
-            CommandKind.PAUSE: TaskStatus.PAUSED,
-            CommandKind.RESUME: TaskStatus.PENDING,
-        }[command.kind]
-        if (
-            target is snapshot.status
-            or (command.kind is CommandKind.PAUSE and snapshot.status is not TaskStatus.PENDING)
-            or (command.kind is CommandKind.RESUME and snapshot.status is not TaskStatus.PAUSED)
-        ):
+        target = unheld_target(snapshot, command.kind)
+        if target is None:
             return "no-change"
         now = self.writer.clock.now()
         reason = f"{command.kind.value} by {command.issued_by or '?'}"

@@ -40,7 +40,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
+from chongming_redis.runtime.app import App, InvalidParams, TaskFunction, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.commands import CommandHandler
@@ -52,9 +52,9 @@ from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.retry import RetryPolicy
 from chongming_redis.runtime.runner import Runner
 from chongming_redis.runtime.store_adapter import StoreAdapter
+from chongming_redis.runtime.submission import NewTask, new_task
 from chongming_redis.runtime.supervisor import supervise
 from chongming_redis.runtime.writer import TaskWriter
-from chongming_redis.stores.codec import encode_payload
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.validation import check_identifier
 
@@ -117,7 +117,7 @@ class Controller:
 
     def task(
         self, name: str | None = None, *, params: type[BaseModel] | None = None
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    ) -> Callable[[Callable[..., Any]], TaskFunction[Any]]:
         """Register ``fn(ctx, params)`` on this controller's ``App`` (see ``App.task``)."""
         return self.app.task(name, params=params)
 
@@ -172,18 +172,10 @@ class Controller:
         pipeline_run_id: str | None = None,
         not_before: datetime | None = None,
     ) -> tuple[TaskSnapshot, Transition]:
-        stored_params = self.app.get(name).validate(params)
-        task_id = task_id or secrets.token_hex(10)
-        now = self.clock.now()
-        snapshot = TaskSnapshot(
-            task_id=task_id, name=name, status=TaskStatus.PENDING, status_version=1,
-            created_at=now, updated_at=now, tags=frozenset(tags),
-            bucket=self.buckets.bucket_for(key or task_id), key=key,
-            pipeline_run_id=pipeline_run_id, params=stored_params, not_before=not_before,
-        )  # fmt: skip
-        encode_payload(stored_params, "params")  # refuse an oversized payload before writing
-        reason = f"submitted by {self.owner}"
-        return snapshot, Transition(task_id, 1, None, TaskStatus.PENDING, now, reason)
+        spec = NewTask(name, params, key=key, tags=tags, task_id=task_id,
+                       pipeline_run_id=pipeline_run_id, not_before=not_before)  # fmt: skip
+        return new_task(spec, self.app.get(name), now=self.clock.now(), buckets=self.buckets,
+                        submitted_by=self.owner)  # fmt: skip
 
     # -- queries ---------------------------------------------------------------------------
 

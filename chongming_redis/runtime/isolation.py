@@ -12,6 +12,7 @@ started with ``spawn`` (a clean interpreter, safe with the parent's threads).
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
@@ -20,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from chongming_redis.model import Progress
+from chongming_redis.runtime.app import TaskFunction
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
 
 
@@ -53,14 +55,31 @@ class _ChildContext:
         self._conn.send(("beat", progress))
 
 
-def _child_main(conn: Connection, fn: Any, params: Any, task_id: str, attempt: int) -> None:
+def _child_main(
+    conn: Connection, fn_ref: tuple[str, str], params: Any, task_id: str, attempt: int
+) -> None:
     try:
+        fn = _resolve(fn_ref)
         result = fn(_ChildContext(conn, task_id, attempt), params)
         conn.send(("result", result))
     except BaseException as exc:
         conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
     finally:
         conn.close()
+
+
+def _reference(fn: Any) -> tuple[str, str]:
+    """The function by name: the child imports it (the module attribute is the
+    ``TaskFunction`` that ``@app.task()`` returned, not the function itself)."""
+    return fn.__module__, fn.__qualname__
+
+
+def _resolve(ref: tuple[str, str]) -> Any:
+    module_name, qualname = ref
+    found: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found.fn if isinstance(found, TaskFunction) else found
 
 
 def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -> Any:
@@ -70,7 +89,9 @@ def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -
     spawn = multiprocessing.get_context("spawn")
     parent_end, child_end = spawn.Pipe(duplex=False)
     child = spawn.Process(
-        target=_child_main, args=(child_end, fn, params, ctx.task_id, ctx.attempt), daemon=True
+        target=_child_main,
+        args=(child_end, _reference(fn), params, ctx.task_id, ctx.attempt),
+        daemon=True,
     )
     child.start()
     child_end.close()
@@ -81,8 +102,8 @@ def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -
                 child.kill()
                 child.join()
                 if ctx.lost_reason is not None:
-                    raise TaskLost(f"task {ctx.task_id!r}: {ctx.lost_reason}")
-                raise TaskStopped(f"task {ctx.task_id!r}: stop requested")
+                    raise TaskLost(ctx.task_id, f"task {ctx.task_id!r}: {ctx.lost_reason}")
+                raise TaskStopped(ctx.task_id, f"task {ctx.task_id!r}: stop requested")
             if ctx.paused != stopped_by_us and child.pid is not None:
                 os.kill(child.pid, signal.SIGSTOP if ctx.paused else signal.SIGCONT)
                 stopped_by_us = ctx.paused

@@ -17,15 +17,24 @@ from datetime import datetime
 from typing import Any
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
-from chongming_redis.model import Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import (
+    Command,
+    Progress,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
 from chongming_redis.stores import _common as check
 from chongming_redis.stores.extensions import (
     BatchingStore,
     BucketCountingStore,
     BucketPoolStore,
+    CommandReadingStore,
     CommitItem,
     FencedTouchStore,
     NudgeStore,
+    RecordedBucketsStore,
     ServerClockStore,
     extensions_of,
 )
@@ -54,6 +63,8 @@ class StoreAdapter:
         self._fenced = store if isinstance(store, FencedTouchStore) else None
         self._clock = store if isinstance(store, ServerClockStore) else None
         self._counting = store if isinstance(store, BucketCountingStore) else None
+        self._commands = store if isinstance(store, CommandReadingStore) else None
+        self._buckets = store if isinstance(store, RecordedBucketsStore) else None
         #: The store as a ``BucketPoolStore``, or ``None``: ``join_pool`` needs one.
         self.pool: BucketPoolStore | None = store if isinstance(store, BucketPoolStore) else None
         #: The store as a ``NudgeStore`` (Redis pub/sub nudges), or ``None``: nudges stay local.
@@ -227,3 +238,19 @@ class StoreAdapter:
             per = result.setdefault(snapshot.bucket, dict.fromkeys(TaskStatus, 0))
             per[snapshot.status] += 1
         return result
+
+    def get_command(self, command_id: str) -> Command | None:
+        """The command as stored; ``TypeError`` when the store cannot read one back (a
+        producer then cannot wait for the outcome, only send)."""
+        if self._commands is None:
+            raise TypeError(f"{type(self.store).__name__} cannot read commands back")
+        return self._commands.get_command(command_id)
+
+    @property
+    def reads_commands(self) -> bool:
+        return self._commands is not None
+
+    def recorded_num_buckets(self) -> int | None:
+        """The bucket count the namespace's workers recorded (``None``: none recorded, or
+        the store does not record it)."""
+        return None if self._buckets is None else self._buckets.recorded_num_buckets()

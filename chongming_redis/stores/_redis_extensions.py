@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import CorruptRecord, StoreError
 from chongming_redis.model import (
     ChangePage,
     FeedStats,
@@ -148,6 +148,17 @@ class RedisExtensions:
             "pool_tick", keys, args, namespace=self.namespace, num_buckets=num_buckets
         )
         return [int(b) for b in reply[1]], [_text(w) for w in reply[2]]
+
+    def recorded_num_buckets(self) -> int | None:
+        """``RecordedBucketsStore``: the ``num_buckets`` the first worker recorded."""
+        key = self.keys.meta
+        raw = self._read(key, lambda c: c.hget(key, "num_buckets"))
+        if raw is None:
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise CorruptRecord(key, "num_buckets", f"{raw!r} is not a count") from None
 
     def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
         """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""

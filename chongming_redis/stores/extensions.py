@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from chongming_redis.errors import StoreError
-from chongming_redis.model import Progress, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import Command, Progress, TaskSnapshot, TaskStatus, Transition
 
 if TYPE_CHECKING:
     import redis
@@ -166,6 +166,26 @@ class NudgeStore(Protocol):
         ...
 
 
+@runtime_checkable
+class CommandReadingStore(Protocol):
+    """Reading one command back, so a producer can wait for its outcome (``Client.stop``)
+    without claiming it (claiming would take it from the task's holder)."""
+
+    def get_command(self, command_id: str) -> Command | None:
+        """The command as stored (``finished_at``/``outcome`` once completed), or ``None``."""
+        ...
+
+
+@runtime_checkable
+class RecordedBucketsStore(Protocol):
+    """The bucket count the namespace's workers recorded (``BucketPoolStore.pool_tick``
+    records it), so a producer puts tasks in buckets that some worker serves."""
+
+    def recorded_num_buckets(self) -> int | None:
+        """The recorded ``num_buckets``, or ``None`` before any worker joined."""
+        ...
+
+
 #: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
 EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "BatchingStore": ("commit_tasks", "start_tasks"),
@@ -174,6 +194,8 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "BucketCountingStore": ("bucket_counts",),
     "BucketPoolStore": ("pool_tick", "pool_state"),
     "NudgeStore": ("client", "namespace", "publishes_work"),
+    "CommandReadingStore": ("get_command",),
+    "RecordedBucketsStore": ("recorded_num_buckets",),
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -183,6 +205,8 @@ EXTENSIONS: dict[str, type] = {
     "BucketCountingStore": BucketCountingStore,
     "BucketPoolStore": BucketPoolStore,
     "NudgeStore": NudgeStore,
+    "CommandReadingStore": CommandReadingStore,
+    "RecordedBucketsStore": RecordedBucketsStore,
 }
 
 

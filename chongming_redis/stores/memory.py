@@ -274,6 +274,13 @@ class InMemoryTaskStore:
                 raise CommandAlreadyExists(command.command_id)
             self._commands[command.command_id] = row
 
+    def get_command(self, command_id: str) -> Command | None:
+        """``CommandReadingStore``: the command as stored, or ``None``."""
+        check_identifier(command_id, "command_id")
+        with self._open():
+            row = self._commands.get(command_id)
+            return None if row is None else row_to_command(dict(row))
+
     def claim_commands(
         self, *, now: datetime, lease_seconds: float, limit: int = 50
     ) -> list[Command]:

@@ -333,6 +333,13 @@ class RedisTaskStore(RedisExtensions):
         keys = [k.command(command.command_id), k.command_queue, k.command_leases]
         self._run("submit_command", keys, args, command_id=command.command_id)
 
+    def get_command(self, command_id: str) -> Command | None:
+        """``CommandReadingStore``: the command as stored, or ``None``."""
+        check_identifier(command_id, "command_id")
+        key = self.keys.command(command_id)
+        fields: dict[bytes, bytes] = self._read(key, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
+        return None if not fields else self._decode_command(command_id, fields)
+
     def claim_commands(
         self, *, now: datetime, lease_seconds: float, limit: int = 50
     ) -> list[Command]:

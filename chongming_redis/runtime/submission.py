@@ -1,0 +1,137 @@
+"""What every producer writes, planned without I/O: a new task, a new attempt of a finished
+one, a stop/pause/resume of a task nobody holds, and how a finished task's state reads to a
+waiting caller. ``Controller``, ``Client`` and ``AsyncClient`` share it, so a task submitted
+by any of them is the same record with the same first history entry."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from chongming_redis.model import CommandKind, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
+from chongming_redis.runtime.app import App, TaskType
+from chongming_redis.runtime.buckets import BucketPolicy
+from chongming_redis.runtime.held import advance, holder
+from chongming_redis.stores.codec import encode_payload
+
+#: Statuses a task can be retried from by hand (``Client.retry``, ``chongming-redis retry``).
+RETRYABLE = frozenset({TaskStatus.FAILED, TaskStatus.STOPPED, TaskStatus.LOST})
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """What to submit: a task type (validated when an ``App`` knows it) and its options."""
+
+    name: str
+    params: Any = None
+    key: str | None = None
+    tags: Iterable[str] = ()
+    task_id: str | None = None
+    pipeline_run_id: str | None = None
+    not_before: datetime | None = None
+
+
+def resolve(app: App | None, task: str | TaskType) -> tuple[str, TaskType | None]:
+    """The task's name and type: a ``TaskType`` as given; a name through ``app`` (which
+    raises ``UnknownTask`` for a misspelt one); a bare name when no app is known (its
+    parameters are then stored unvalidated)."""
+    if isinstance(task, TaskType):
+        return task.name, task
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a task name or a registered task, not {type(task).__name__}")
+    if app is not None and app.types:
+        return task, app.get(task)
+    return task, None
+
+
+def new_task(
+    spec: NewTask,
+    task_type: TaskType | None,
+    *,
+    now: datetime,
+    buckets: BucketPolicy,
+    submitted_by: str,
+) -> tuple[TaskSnapshot, Transition]:
+    """A ``PENDING`` task and its first history entry; validates everything before anything
+    is written (``InvalidParams``, ``TypeError``, ``ValueError``)."""
+    stored = spec.params if task_type is None else task_type.validate(spec.params)
+    task_id = spec.task_id or secrets.token_hex(10)
+    snapshot = TaskSnapshot(
+        task_id=task_id, name=spec.name, status=TaskStatus.PENDING, status_version=1,
+        created_at=now, updated_at=now, tags=frozenset(spec.tags),
+        bucket=buckets.bucket_for(spec.key or task_id), key=spec.key,
+        pipeline_run_id=spec.pipeline_run_id, params=stored, not_before=spec.not_before,
+    )  # fmt: skip
+    encode_payload(stored, "params")  # refuse an oversized or unencodable payload now
+    transition = Transition(
+        task_id, 1, None, TaskStatus.PENDING, now, f"submitted by {submitted_by}"
+    )
+    return snapshot, transition
+
+
+def retried(snapshot: TaskSnapshot, now: datetime, by: str) -> tuple[TaskSnapshot, Transition]:
+    """A new attempt of a ``FAILED``/``STOPPED``/``LOST`` task, ``PENDING`` at once
+    (``ValueError`` for any other status)."""
+    if snapshot.status not in RETRYABLE:
+        allowed = ", ".join(sorted(s.value for s in RETRYABLE))
+        raise ValueError(
+            f"task {snapshot.task_id!r} is {snapshot.status.value}: only a task that is "
+            f"{allowed} can be retried"
+        )
+    new = advance(snapshot, TaskStatus.PENDING, now, attempt=snapshot.attempt + 1,
+                  not_before=None, progress=None)  # fmt: skip
+    reason = f"retry {snapshot.attempt + 1} by {by}"
+    return new, Transition(snapshot.task_id, new.status_version, snapshot.status,
+                           TaskStatus.PENDING, now, reason)  # fmt: skip
+
+
+def unheld_target(snapshot: TaskSnapshot, kind: CommandKind) -> TaskStatus | None:
+    """Where a stop/pause/resume moves a task nobody holds (``PENDING``, or paused while
+    nobody ran it): ``None`` when it changes nothing (a pause of a paused task, a resume of a
+    pending one). Only for ``holder(snapshot) is None`` and a non-terminal status."""
+    if kind is CommandKind.STOP:
+        return TaskStatus.STOPPED
+    if kind is CommandKind.PAUSE:
+        return TaskStatus.PAUSED if snapshot.status is TaskStatus.PENDING else None
+    return TaskStatus.PENDING if snapshot.status is TaskStatus.PAUSED else None
+
+
+def is_unheld(snapshot: TaskSnapshot) -> bool:
+    return not snapshot.status.is_terminal and holder(snapshot) is None
+
+
+#: A task read ``LOST`` or ``FAILED`` may be about to get a new attempt (the reconciler and
+#: the runner write the retry right after): a waiter looks again this long before it reports.
+RETRY_GRACE = 0.5
+
+
+def finished(snapshot: TaskSnapshot) -> bool:
+    return snapshot.status.is_terminal
+
+
+def outcome(snapshot: TaskSnapshot) -> Any:
+    """A finished task's result, or the ``TaskOutcome`` for how it ended without one."""
+    if snapshot.status is TaskStatus.SUCCEEDED:
+        return snapshot.result
+    raise outcome_error(snapshot)
+
+
+def outcome_error(snapshot: TaskSnapshot) -> TaskOutcome:
+    task_id = snapshot.task_id
+    if snapshot.status is TaskStatus.FAILED:
+        return TaskFailed(task_id, snapshot=snapshot)
+    if snapshot.status is TaskStatus.STOPPED:
+        return TaskStopped(task_id, snapshot=snapshot)
+    if snapshot.status is TaskStatus.LOST:
+        return TaskLost(task_id, snapshot=snapshot)
+    raise ValueError(f"task {task_id!r} is {snapshot.status.value}, not finished")
+
+
+def backoff(attempt: int, *, first: float = 0.005, most: float = 0.1) -> float:
+    """Seconds before a waiter's ``attempt``-th look (from 5 ms, doubling, at most 100 ms):
+    a short task's result is seen within milliseconds, a long one costs 10 reads a second."""
+    return float(min(most, first * 2 ** min(attempt, 10)))

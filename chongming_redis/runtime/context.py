@@ -1,25 +1,19 @@
-"""What a running task sees: ``TaskContext.checkpoint`` and the exceptions it may raise."""
+"""What a running task sees: ``TaskContext.checkpoint`` (``acheckpoint`` in an ``async def``
+task) and the exceptions they may raise."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chongming_redis.model import Progress
+from chongming_redis.outcomes import TaskInterrupted, TaskLost, TaskStopped
 
-
-class TaskInterrupted(Exception):
-    """Base of the exceptions ``checkpoint`` raises to end a task early."""
-
-
-class TaskStopped(TaskInterrupted):
-    """A stop was requested: let it propagate; the task is recorded ``STOPPED``."""
-
-
-class TaskLost(TaskInterrupted):
-    """This process no longer holds the task (its lease lapsed or another writer moved it on).
-    Nothing the task does from now on is written; do no more work."""
+__all__ = ["TaskContext", "TaskInterrupted", "TaskLost", "TaskStopped"]
 
 
 class TaskContext:
@@ -28,7 +22,9 @@ class TaskContext:
     ``checkpoint()`` is cheap: it records the heartbeat (and progress) in memory, and the
     controller writes them to the store with ``touch``, coalesced, from its own thread. It raises
     ``TaskStopped`` when a stop was requested, raises ``TaskLost`` when this process lost the
-    task, and blocks while the task is paused.
+    task, and blocks while the task is paused. An ``async def`` task calls
+    ``await ctx.acheckpoint()`` instead: the same, but a pause is awaited, so the event loop
+    keeps running the other tasks.
     """
 
     def __init__(self, task_id: str, attempt: int, owner: str) -> None:
@@ -43,6 +39,8 @@ class TaskContext:
         self.progress: Progress | None = None
         self.progress_dirty = False
         self.beats = 0
+        #: Called (from the controlling thread) after every stop, pause, resume or loss.
+        self._watchers: list[Callable[[], None]] = []
 
     # -- called by the task ----------------------------------------------------------------
 
@@ -54,6 +52,13 @@ class TaskContext:
         total: int | float | None = None,
         message: str | None = None,
     ) -> None:
+        if asyncio._get_running_loop() is not None:
+            # It would block the whole event loop during a pause (every task on it): refused on
+            # every call, not only during a pause, so the mistake shows on the first run.
+            raise RuntimeError(
+                "ctx.checkpoint() blocks while the task is paused and would block the event "
+                "loop: in an async task use `await ctx.acheckpoint()`"
+            )
         if progress is None and current is not None:
             progress = Progress(current, total, message)
         with self._cond:
@@ -62,6 +67,39 @@ class TaskContext:
                 self.progress = progress
                 self.progress_dirty = True
             self._gate()
+
+    async def acheckpoint(
+        self,
+        progress: Progress | None = None,
+        *,
+        current: int | float | None = None,
+        total: int | float | None = None,
+        message: str | None = None,
+    ) -> None:
+        """``checkpoint`` for an ``async def`` task (same arguments): records the heartbeat and
+        progress, raises ``TaskStopped`` / ``TaskLost``, and while the task is paused awaits
+        the resume (other tasks on the loop keep running)."""
+        if progress is None and current is not None:
+            progress = Progress(current, total, message)
+        self.record(progress)
+        await self.agate()
+
+    async def agate(self) -> None:
+        """``gate`` for an ``async def`` task: raise on a stop or a loss, await while paused."""
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                self._raise_if_interrupted()
+                if not self._paused:
+                    return
+                woken: asyncio.Future[None] = loop.create_future()
+                wake = _waker(loop, woken)
+                self._watchers.append(wake)  # under the lock: no change is missed
+            try:
+                # The timeout: a lease deadline passes without anyone calling ``lose``.
+                await asyncio.wait({woken}, timeout=0.2)
+            finally:
+                self.unwatch(wake)
 
     def gate(self) -> None:
         """What a checkpoint does besides the heartbeat: raise on a stop or a loss, block while
@@ -81,6 +119,16 @@ class TaskContext:
     def stop_requested(self) -> bool:
         return self._stop
 
+    @property
+    def interrupted(self) -> bool:
+        """A stop was requested or the task was lost: it must end."""
+        return self._stop or self.lost_reason is not None
+
+    def raise_if_interrupted(self) -> None:
+        """Raise ``TaskLost`` or ``TaskStopped`` if either applies (no heartbeat, no wait)."""
+        with self._cond:
+            self._raise_if_interrupted()
+
     def record(self, progress: Progress | None) -> None:
         """A heartbeat (and progress) from a task running in a child process: recorded, never
         blocking or raising (the parent controls the child with signals instead)."""
@@ -96,17 +144,38 @@ class TaskContext:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        self._notify()
 
     def set_paused(self, paused: bool) -> None:
         with self._cond:
             self._paused = paused
             self._cond.notify_all()
+        self._notify()
 
     def lose(self, reason: str) -> None:
         with self._cond:
             if self._lost_reason is None:
                 self._lost_reason = reason
             self._cond.notify_all()
+        self._notify()
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every stop, pause, resume or loss, in the thread that made
+        it (the event loop uses it to wake or cancel an ``async def`` task). It must not
+        block or take this context's lock."""
+        with self._cond:
+            self._watchers.append(callback)
+
+    def unwatch(self, callback: Callable[[], None]) -> None:
+        with self._cond:
+            if callback in self._watchers:
+                self._watchers.remove(callback)
+
+    def _notify(self) -> None:
+        with self._cond:
+            watchers = list(self._watchers)
+        for callback in watchers:
+            callback()
 
     def take_progress(self) -> tuple[int, Progress | None]:
         """The beat count and the progress not yet written (``None`` if unchanged), read and
@@ -132,10 +201,24 @@ class TaskContext:
     def _raise_if_interrupted(self) -> None:
         reason = self.lost_reason
         if reason is not None:
-            raise TaskLost(f"task {self.task_id!r}: {reason}")
+            raise TaskLost(self.task_id, f"task {self.task_id!r}: {reason}")
         if self._stop:
-            raise TaskStopped(f"task {self.task_id!r}: stop requested")
+            raise TaskStopped(self.task_id, f"task {self.task_id!r}: stop requested")
 
     def __repr__(self) -> str:
         state: dict[str, Any] = {"stop": self._stop, "paused": self._paused}
         return f"TaskContext({self.task_id!r}, attempt={self.attempt}, {state})"
+
+
+def _waker(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> Callable[[], None]:
+    """A watcher that resolves ``woken`` on its loop, from any thread."""
+
+    def resolve() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits any more
+            loop.call_soon_threadsafe(resolve)
+
+    return wake

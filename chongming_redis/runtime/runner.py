@@ -1,19 +1,29 @@
 """``Runner``: starting tasks and running them.
 
 Starts ``PENDING`` tasks of the served buckets into free slots (one batched start where the
-store has it), runs each in a thread of the executor (or in a child process), records how it
-ended, and hands finished tasks to the group committer — one ``commit_tasks`` for every task
-that finished since the last round trip — or writes them at once where the store cannot batch.
+store has it), runs each in a thread of the executor (or in a child process, or, an ``async
+def`` task, on the event loop of ``aio.TaskLoop``), records how it ended, and hands finished
+tasks to the group committer — one ``commit_tasks`` for every task that finished since the last
+round trip — or writes them at once where the store cannot batch.
+
+Slots: ``concurrency`` tasks run at once, whatever their kind; the tasks started beyond that
+(the prefetch) wait in ``_waiting`` and ``_dispatch`` hands each to the next free slot, in the
+order they were started. An ``async def`` task holds its slot without holding a thread (the
+loop runs any number of them), so a worker of many I/O-bound coroutines needs no thread each.
+
+Each task's start and end is one line on ``chongming_redis.runtime.tasks`` (INFO; WARNING for a
+failure, ERROR for a loss), built only when that level is enabled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import queue
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
@@ -22,14 +32,19 @@ from typing import Any
 from pydantic import BaseModel
 
 from chongming_redis.model import Failure, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.runtime.app import App
-from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
+from chongming_redis.runtime.aio import TaskLoop
+from chongming_redis.runtime.app import App, TaskType
+from chongming_redis.runtime.context import TaskContext, TaskInterrupted, TaskLost, TaskStopped
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
+from chongming_redis.runtime.window import Window
 from chongming_redis.runtime.writer import TaskWriter
 from chongming_redis.stores.codec import encode_payload
 
+__all__ = ["Runner", "Window"]
+
 log = logging.getLogger("chongming_redis.runtime")
+task_log = logging.getLogger("chongming_redis.runtime.tasks")
 
 
 class Runner:
@@ -54,18 +69,31 @@ class Runner:
         self.group_commit = False
         self.commits: queue.SimpleQueue[Held] = queue.SimpleQueue()
         self._executor: ThreadPoolExecutor | None = None
+        self._loop: TaskLoop | None = None
+        # The slot accounting, all under _lock (_hold, _dispatch and _free_slot change it):
         self._lock = threading.Lock()
-        self._outstanding = 0  # started here, task function not yet returned
+        self._outstanding = 0  # started here, not yet ended: what the window bounds
+        self._busy = 0  # of those, holding a slot (at most concurrency)
+        self._waiting: deque[Held] = deque()  # started, waiting for a slot (prefetched)
+        self._closed = False
         #: How a started task that will not begin is handed back once shutdown has begun.
         self.shutdown_policy = "requeue"
         self._window = Window(self.config.concurrency, self.config.prefetch)
 
     def open(self, owner: str) -> None:
         self.group_commit = self.writer.adapter.batching
+        # Never more work items than slots (_dispatch), so a submit never waits for a thread.
         self._executor = ThreadPoolExecutor(self.config.concurrency,
                                             thread_name_prefix=f"{owner}-task")  # fmt: skip
+        self._loop = TaskLoop(owner)  # its thread starts with the first async task
+        self._closed = False
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._waiting.clear()  # the controller handed them back (they never began)
+        if self._loop is not None:
+            self._loop.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -108,22 +136,63 @@ class Runner:
             held.lease_renewed_at = renewed_at
             ctx.extend_lease(renewed_at + self.config.task_lease * 0.8)
         self.held.add(held)
-        assert self._executor is not None
         with self._lock:
             self._outstanding += 1
-        future: Future[None] = self._executor.submit(self._run_slot, held)
-        future.add_done_callback(_log_crash)
+            self._waiting.append(held)
+        self._dispatch()
         return held
+
+    # -- slots -----------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Give free slots to waiting tasks, oldest first: a coroutine to the event loop, a
+        function to a pool thread; a task released while it waited to a thread that settles
+        it (it never begins)."""
+        while True:
+            with self._lock:
+                if self._closed or not self._waiting or self._busy >= self.config.concurrency:
+                    return
+                held = self._waiting.popleft()
+                self._busy += 1
+                begun = self._begin(held)
+            task_type = self.app.types[held.snapshot.name]
+            try:
+                if begun and task_type.is_async:
+                    self._launch_async(held, task_type)
+                else:
+                    self._submit(self._run_slot, held, begun)
+            except RuntimeError:  # closed meanwhile (shutdown): the controller hands it back
+                self._free_slot()
+
+    def _begin(self, held: Held) -> bool:
+        """Claim a task for its function (under ``_lock``); False when it was released before
+        its turn."""
+        if held.done or not self.accepting.is_set():
+            return False  # released (or shutting down: the controller hands it back)
+        held.began = True
+        return True
+
+    def _free_slot(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            self._outstanding -= 1
+        self._dispatch()
+        self.wake_starter.set()
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._executor is not None
+        future: Future[None] = self._executor.submit(fn, *args)
+        future.add_done_callback(_log_crash)
 
     # -- running ---------------------------------------------------------------------------
 
-    def _run_slot(self, held: Held) -> None:
-        """One slot's turn: run the task unless it was released while it waited (shutdown, a
-        stop or a pause of a prefetched task), then free the slot and wake the starter."""
+    def _run_slot(self, held: Held, begun: bool) -> None:
+        """One slot's turn in a pool thread: run the task unless it was released while it
+        waited (shutdown, a stop or a pause of a prefetched task), then free the slot."""
         started = time.monotonic()
         try:
-            if self._begin(held):
-                self._execute(held)
+            if begun:
+                self._execute(held, started)
                 self._window.ran(time.monotonic() - started)
             elif self.claim_unbegun(held):
                 # Started while shutdown began (after its hand-back of the waiting tasks): it
@@ -132,17 +201,37 @@ class Runner:
                 if not held.pending:
                     self.held.forget(held)
         finally:
-            with self._lock:
-                self._outstanding -= 1
-            self.wake_starter.set()
+            self._free_slot()
 
-    def _begin(self, held: Held) -> bool:
-        """Claim a task for its function; False when it was released before its turn."""
-        with self._lock:
-            if held.done or not self.accepting.is_set():
-                return False  # released (or shutting down: the controller hands it back)
-            held.began = True
-            return True
+    def _launch_async(self, held: Held, task_type: TaskType) -> None:
+        """An ``async def`` task: its function runs on the loop, holding its slot but no
+        thread; how it ended is recorded in a pool thread (``_finish_async``), never on the
+        loop. That thread is free at once: work items never outnumber held slots."""
+        assert self._loop is not None
+        started = time.monotonic()
+        _log_started(held)
+        future = self._loop.submit(held.ctx, task_type.fn,
+                                   lambda: task_type.load(held.snapshot.params))  # fmt: skip
+
+        def finished(done: Future[Any]) -> None:
+            try:
+                self._submit(self._finish_async, held, done, started)
+            except RuntimeError:  # closed (shutdown): the controller handed the task back
+                self._free_slot()
+
+        future.add_done_callback(finished)
+
+    def _finish_async(self, held: Held, done: Future[Any], started: float) -> None:
+        try:
+            if done.cancelled():  # cancelled by something else than a stop or a loss
+                self._ended(held, asyncio.CancelledError("the task was cancelled"), started)
+            elif (exc := done.exception()) is not None:
+                self._ended(held, exc, started)
+            else:
+                self._returned(held, done.result(), started)
+            self._window.ran(time.monotonic() - started)
+        finally:
+            self._free_slot()
 
     def claim_unbegun(self, held: Held) -> bool:
         """Take a started task whose function has not begun (a prefetched task) away from its
@@ -173,10 +262,12 @@ class Runner:
             self.held.forget(held)
         return True
 
-    def _execute(self, held: Held) -> None:
-        """The run-a-task path: call the function, then record how it ended."""
+    def _execute(self, held: Held, started: float) -> None:
+        """The run-a-task path (a function, in this thread or a child process): call it, then
+        record how it ended."""
         snapshot, ctx = held.snapshot, held.ctx
         task_type = self.app.types[snapshot.name]
+        _log_started(held)
         try:
             ctx.gate()  # stopped or paused while it waited for this slot (prefetched)
             params = task_type.load(snapshot.params)
@@ -184,46 +275,57 @@ class Runner:
                 result = run_in_process(ctx, task_type.fn, params)
             else:
                 result = task_type.fn(ctx, params)
+        except Exception as exc:
+            self._ended(held, exc, started)
+            return
+        self._returned(held, result, started)
+
+    def _ended(self, held: Held, exc: BaseException, started: float) -> None:
+        """Record a task whose function raised ``exc``: its own stop (``STOPPED``), its own
+        loss (nothing written), or a failure (any other exception, ``FAILED``)."""
+        ctx = held.ctx
+        if isinstance(exc, TaskLost) and _ours(exc, ctx, ctx.lost_reason is not None):
+            self._lost(held, str(exc), started)
+        elif isinstance(exc, TaskStopped) and _ours(exc, ctx, ctx.stop_requested):
+            _log_ended(held, logging.INFO, "stopped", started)
+            self.finish(held, TaskStatus.STOPPED, reason="stop requested", outcome="stopped")
+        elif isinstance(exc, ChildFailed):
+            failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
+            self._fail(held, failure, started)
+        else:
+            self._fail(held, _failure(exc), started)
+
+    def _returned(self, held: Held, result: Any, started: float) -> None:
+        """Record a task whose function returned ``result`` (discarded if the task was lost)."""
+        lost = held.ctx.lost_reason
+        if lost is not None:
+            self._lost(held, f"finished after losing it ({lost})", started)
+            return
+        try:
             if isinstance(result, BaseModel):
                 result = result.model_dump(mode="json")
-        except TaskLost as exc:
-            log.error("%s: %s; its result is discarded", self.writer.owner, exc)
-            self.held.forget(held)
-            return
-        except TaskStopped:
-            self.finish(held, TaskStatus.STOPPED, reason="stop requested", outcome="stopped")
-            return
-        except ChildFailed as exc:
-            failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
-            self._fail(held, failure)
-            return
-        except Exception as exc:
-            failure = Failure(type(exc).__name__, str(exc)[:4000], traceback.format_exc()[-16000:])
-            self._fail(held, failure)
-            return
-        if ctx.lost_reason is not None:
-            log.error("%s: task %s finished after losing it (%s); result discarded",
-                      self.writer.owner, snapshot.task_id, ctx.lost_reason)  # fmt: skip
-            self.held.forget(held)
-            return
-        self._succeed(held, result)
-
-    def _succeed(self, held: Held, result: Any) -> None:
-        try:
             encoded = encode_payload(result, "result")
         except (TypeError, ValueError) as exc:
-            self._fail(held, Failure("ResultNotStorable", str(exc)))
+            self._fail(held, Failure("ResultNotStorable", str(exc)), started)
             return
         limit = self.config.max_result_bytes
         if encoded is not None and len(encoded) > limit:
             message = f"result is {len(encoded)} bytes; at most {limit} are stored"
-            self._fail(held, Failure("ResultTooLarge", message))
+            self._fail(held, Failure("ResultTooLarge", message), started)
             return
+        _log_ended(held, logging.INFO, "succeeded", started)
         # failure=None: a retried task that now succeeds no longer shows the earlier failure
         self.finish(held, TaskStatus.SUCCEEDED, result=result, failure=None,
                     outcome="already-terminal")  # fmt: skip
 
-    def _fail(self, held: Held, failure: Failure) -> None:
+    def _lost(self, held: Held, why: str, started: float) -> None:
+        """A task this process lost: nothing more is written, its result is discarded."""
+        _log_ended(held, logging.ERROR, "lost", started, f"{why}; its result is discarded")
+        self.held.forget(held)
+
+    def _fail(self, held: Held, failure: Failure, started: float) -> None:
+        _log_ended(held, logging.WARNING, "failed", started,
+                   f"{failure.error_type}: {failure.message}")  # fmt: skip
         retry = self.writer.retry
         if retry.retry_failures and retry.allows(held.snapshot.attempt):
             # Written now, not by the group committer: the retry needs the stored version.
@@ -281,46 +383,37 @@ class Runner:
                 self.settle(held)
 
 
+def _ours(exc: TaskInterrupted, ctx: TaskContext, known: bool) -> bool:
+    """Whether a stop or loss that ended a task function is its own (``known``: the context
+    saw it): one raised by ``wait`` on another task, passing through, is a failure."""
+    return known and exc.task_id == ctx.task_id
+
+
+def _failure(exc: BaseException) -> Failure:
+    """The stored failure of an exception (its traceback, bounded)."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Failure(type(exc).__name__, str(exc)[:4000], trace[-16000:])
+
+
+def _log_started(held: Held) -> None:
+    if task_log.isEnabledFor(logging.INFO):
+        snapshot = held.snapshot
+        task_log.info("task %s %s started (attempt %d)", snapshot.task_id, snapshot.name,
+                      snapshot.attempt)  # fmt: skip
+
+
+def _log_ended(held: Held, level: int, how: str, started: float, detail: str | None = None) -> None:
+    """``task <id> <name> succeeded in 12.3 ms`` (``: <detail>`` after a failure or loss)."""
+    if task_log.isEnabledFor(level):
+        ms = (time.monotonic() - started) * 1000
+        snapshot = held.snapshot
+        suffix = "" if detail is None else f": {detail}"
+        task_log.log(level, "task %s %s %s in %.1f ms%s", snapshot.task_id, snapshot.name, how,
+                     ms, suffix)  # fmt: skip
+
+
 def _log_crash(future: Future[None]) -> None:
     if future.cancelled():  # a task that was never begun, released at shutdown
         return
     if future.exception() is not None:
         log.error("task runner crashed: %r", future.exception())
-
-
-class Window:
-    """How many started tasks a process may have outstanding: ``concurrency`` running, plus a
-    prefetch sized like a bandwidth-delay product — the tasks the slots finish during one
-    start round trip, ``concurrency * round_trip / run_time`` rounded down (at most
-    ``prefetch``). A worker of short tasks starts its next batch while the current one runs (a
-    no-op drain would otherwise wait one round trip per ``concurrency`` tasks); a worker of
-    tasks longer than ``concurrency`` round trips prefetches nothing, so no task waits behind a
-    long one while another worker could run it. The round trip is a moving average; the run
-    time rises at once with a longer task and falls slowly, so a switch to long tasks closes
-    the window at the first one. Before both are measured there is no prefetch."""
-
-    def __init__(self, concurrency: int, prefetch: int, weight: float = 0.2) -> None:
-        self.concurrency = concurrency
-        self.prefetch = prefetch
-        self.weight = weight
-        self.run_time: float | None = None
-        self.round_trip_time: float | None = None
-
-    def ran(self, seconds: float) -> None:
-        # Up at once, down slowly: one long task closes the window before the next batch.
-        if self.run_time is None or seconds > self.run_time:
-            self.run_time = seconds
-        else:
-            self.run_time = self._average(self.run_time, seconds)
-
-    def round_trip(self, seconds: float) -> None:
-        self.round_trip_time = self._average(self.round_trip_time, seconds)
-
-    def size(self) -> int:
-        if not self.prefetch or self.run_time is None or self.round_trip_time is None:
-            return self.concurrency
-        wanted = self.concurrency * self.round_trip_time / max(self.run_time, 1e-6)
-        return self.concurrency + min(self.prefetch, math.floor(wanted))
-
-    def _average(self, old: float | None, sample: float) -> float:
-        return sample if old is None else old + self.weight * (sample - old)

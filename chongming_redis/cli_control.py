@@ -169,8 +169,9 @@ def result(
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
-    """Print a finished task's result as JSON (exit 3 if it ended without one, 4 if it is
-    still under way).
+    """Print a finished task's result as JSON; exit 3 if it ended without one.
+
+    Exit 4 while it is still under way (`result` never waits: see `wait`).
 
     Example: chongming-redis result 250ef4a44e1bd7a2c0f9 | jq .width
     """

@@ -1,0 +1,104 @@
+"""The README's examples run as shown, twice in a row, and print what they claim: the quick
+start (``tasks.py`` under a real ``chongming-redis worker``, ``producer.py``), the async
+example, the pytest-plugin example and the store example. Only the Redis URL is replaced by a
+private server's."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.redis_server import RedisProc
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text("utf-8")
+URL = "redis://127.0.0.1:6379/0"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README, re.S)
+
+
+def block(first_line: str) -> str:
+    """The python block whose first line is ``first_line`` (``# tasks.py``), or whose text
+    contains it."""
+    found = [b for b in python_blocks() if b.startswith(first_line) or first_line in b]
+    assert len(found) == 1, (first_line, len(found))
+    return found[0]
+
+
+def env_for(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
+    return {**env, "CHONGMING_REDIS_URL": url, "PYTHONPATH": "."}
+
+
+def run(code: str, cwd: Path, url: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env_for(url),
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path, fresh_redis_proc: RedisProc) -> Iterator[tuple[Path, str]]:
+    """A directory holding the README's ``tasks.py``, with a real worker process running it
+    (the README's own command) on a private Redis."""
+    url = fresh_redis_proc.url
+    (tmp_path / "tasks.py").write_text(block("# tasks.py"))
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "chongming_redis.cli", "worker", "tasks:app", "--processes",
+             "2"], cwd=tmp_path, env=env_for(url), stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            yield tmp_path, url
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+
+def test_the_quick_start_runs_twice_and_prints_what_it_claims(app_dir: tuple[Path, str]) -> None:
+    where, url = app_dir
+    producer = block("# producer.py").replace(URL, url)
+    for _ in range(2):
+        out = run(producer, where, url).splitlines()
+        assert re.fullmatch(r"[0-9a-f]{20} \{'width': 640\}", out[0]), out
+        assert out[1] == "['pending', 'running', 'succeeded']"
+        assert out[2] == "stopped"
+    log = (where / "worker.log").read_text()
+    assert "succeeded" in log and "resize" in log  # one line per task
+
+
+def test_the_pytest_plugin_example_passes(app_dir: tuple[Path, str]) -> None:
+    where, _ = app_dir
+    (where / "test_tasks.py").write_text(block("def test_resize(chongming)"))
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                 "test_tasks.py"], cwd=where, env=env_for(""), capture_output=True,
+                                text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout
+
+
+def test_the_store_example_runs_twice_and_ends_stopped_with_a_full_history(
+    tmp_path: Path, fresh_redis_proc: RedisProc
+) -> None:
+    url = fresh_redis_proc.url
+    code = block("from chongming_redis import (Command").replace(URL, url)
+    for _ in range(2):
+        lines = run(code, tmp_path, url).splitlines()
+        assert "expected version 1, found version 2" in lines[0]
+        assert lines[-2] == "stopped ['pending', 'running', 'stopped']"
+        assert lines[-1] == "True"

@@ -1,20 +1,30 @@
 """``chongming-redis worker``: one worker in this process, or N forked worker processes under a
-supervising parent (``worker_parent``), with a private Redis when none is given."""
+supervising parent (``worker_parent``), with a private Redis when none is given; the worker's
+log lines (``--log-level``) and its retry policy (``--max-attempts``, ``--retry-backoff``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
+import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import typer
 
-from chongming_redis.cli_common import err, load_app, open_store, user_errors
+from chongming_redis.cli_common import UserError, err, load_app, open_store, shown_url, user_errors
 
 if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
     from chongming_redis.runtime.config import ControllerConfig
+    from chongming_redis.runtime.retry import RetryPolicy
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: ``2026-03-01 13:00:05.123 INFO    reconnected to Redis after 12.0 s (40 failed call(s))``
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s"
+CTRL_C = "press Ctrl-C to stop (a second Ctrl-C hands running tasks back at once)"
 
 _CHILD_MODULES = (
     "chongming_redis.runtime.controller",
@@ -32,21 +42,65 @@ class WorkerOptions:
     num_buckets: int
     worker_lease: float
     grace: float
+    retry: RetryPolicy | None = None
+    log_level: str = "INFO"
 
 
-def run_worker(options: WorkerOptions) -> None:
-    """One worker in this process: join the pool, run until SIGTERM/SIGINT."""
+def retry_policy(max_attempts: int, backoff: float) -> RetryPolicy:
+    """The policy of ``--max-attempts`` / ``--retry-backoff``; a bad value is a ``UserError``.
+    The delay doubles per retry up to ``max(60 s, backoff)``, so a long backoff is kept."""
+    from chongming_redis.runtime.retry import RetryPolicy
+
+    if max_attempts < 1:
+        raise UserError(f"--max-attempts must be at least 1, not {max_attempts}")
+    if not (math.isfinite(backoff) and 0 <= backoff <= 86400):
+        raise UserError(f"--retry-backoff must be a number of seconds from 0 to 86400, "
+                        f"not {backoff}")  # fmt: skip
+    default = RetryPolicy()
+    return RetryPolicy(max_attempts=max_attempts, base_delay=backoff,
+                       max_delay=max(default.max_delay, backoff))  # fmt: skip
+
+
+def log_level(text: str) -> str:
+    """``--log-level``, any case; another value is a ``UserError``."""
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {text!r}")
+    return level
+
+
+def configure_logging(level: str) -> None:
+    """One line per record on stderr: time, level, message. The runtime logs on the loggers
+    ``chongming_redis.*`` (a line per task start and end at INFO); a task's own loggers
+    show too."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def run_worker(options: WorkerOptions, *, announce: bool = True) -> None:
+    """One worker in this process: join the pool, run until SIGTERM/SIGINT. ``announce``:
+    say how Ctrl-C stops it (the ``--processes`` parent says it once for its children)."""
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.controller import Controller
+    from chongming_redis.runtime.retry import RetryPolicy
 
     store = open_store(options.redis, options.namespace)
     owner = f"{os.uname().nodename}-{os.getpid()}"
+    retry = options.retry or RetryPolicy()
     controller = Controller(store, app=load_app(options.app_spec), owner=owner,
-                            config=options.config,
+                            config=options.config, retry=retry,
                             buckets=BucketPolicy(options.num_buckets))  # fmt: skip
     controller.join_pool(worker_lease=options.worker_lease)
-    err.print(f"worker {owner}: namespace {options.namespace!r}, "
-              f"{options.config.concurrency} slots")  # fmt: skip
+    logging.getLogger("chongming_redis.worker").info(
+        "worker %s: namespace %r on %s, %d slots, up to %d attempts per task",
+        owner, options.namespace, shown_url(options.redis or ""), options.config.concurrency,
+        retry.max_attempts,
+    )  # fmt: skip
+    if announce:
+        err.print(CTRL_C, highlight=False, soft_wrap=True)
     controller.run_forever(grace=options.grace)
 
 
@@ -65,17 +119,21 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
     if not options.redis:
         embedded = EmbeddedRedis().start()
         options = dataclasses.replace(options, redis=embedded.url)
-        err.print(f"started a private Redis ({embedded.origin}) at {options.redis}")
+        err.print(f"started a private {embedded.describe()} at {options.redis}",
+                  highlight=False, soft_wrap=True)  # fmt: skip
 
     def child() -> None:
         try:
             with user_errors():
-                run_worker(options)
+                run_worker(options, announce=False)
         except typer.Exit as exc:  # a one-line error was printed: exit with its status
             raise SystemExit(exc.exit_code) from None
 
+    err.print(CTRL_C, highlight=False, soft_wrap=True)
     try:
-        status = supervise_children(child, processes, say=lambda line: err.print(line))
+        status = supervise_children(
+            child, processes, say=lambda line: err.print(line, highlight=False, soft_wrap=True)
+        )
     finally:
         if embedded is not None:
             embedded.stop()

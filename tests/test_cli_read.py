@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import pty
 import re
@@ -24,6 +25,7 @@ import pytest
 
 from chongming_redis.model import Failure, Progress, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.controller import Controller
+from chongming_redis.stores._redis_server import check_server_settings
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc
@@ -309,3 +311,19 @@ def test_the_durability_warning_is_for_the_commands_that_write_not_every_look(
             assert looked.stderr == "", (args, looked.stderr)
     finally:
         server.close()
+
+
+def test_the_durability_warning_is_logged_once_per_process_and_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first, second = (RedisProc(extra_args=("--appendonly", "no")) for _ in range(2))
+    try:
+        with caplog.at_level(logging.WARNING, logger="chongming_redis.store"):
+            for server in (first, first, second, first):
+                problems = check_server_settings(server.client())
+                assert len(problems) == 1 and "appendonly is off" in problems[0]
+        warned = [r.getMessage() for r in caplog.records if "appendonly is off" in r.getMessage()]
+        assert len(warned) == 2  # one per server
+    finally:
+        first.close()
+        second.close()

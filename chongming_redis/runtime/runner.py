@@ -285,7 +285,7 @@ class Runner:
         loss (nothing written), or a failure (any other exception, ``FAILED``)."""
         ctx = held.ctx
         if isinstance(exc, TaskLost) and _ours(exc, ctx, ctx.lost_reason is not None):
-            self._lost(held, str(exc), started)
+            self._lost(held, ctx.lost_reason or str(exc), started)
         elif isinstance(exc, TaskStopped) and _ours(exc, ctx, ctx.stop_requested):
             _log_ended(held, logging.INFO, "stopped", started)
             self.finish(held, TaskStatus.STOPPED, reason="stop requested", outcome="stopped")

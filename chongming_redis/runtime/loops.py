@@ -1,15 +1,88 @@
 """``every``: the one shape of the runtime's polling threads (starter, commands, reconciler):
-wait for the interval or a nudge, run the body, log a store failure and go on."""
+wait for the interval or a nudge, run the body, log a store failure and go on.
+
+``OUTAGE`` keeps the log of a Redis outage short: every thread of a worker fails at once and
+keeps failing on each tick until Redis is back. The first failure is logged, then at most one
+summary line per ``summary_every`` seconds with the count, and one line when a call that always
+reaches the store succeeds again ("reconnected to Redis after 12.0 s"): the pool heartbeat, and
+the loops started with ``reaches_store=True``. (A loop whose body may return without a store
+call, the starter with every slot taken, cannot tell that Redis is back.) Without any such
+success, a failure ``2 * summary_every`` seconds after the last one starts a new outage.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import StoreError, StoreUnavailable
 
 log = logging.getLogger("chongming_redis.runtime")
+
+
+class OutageLog:
+    """The process's view of a store outage, for the log; shared by its threads."""
+
+    def __init__(
+        self,
+        *,
+        summary_every: float = 15.0,
+        logger: logging.Logger = log,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.summary_every = summary_every
+        self.logger = logger
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._since: float | None = None  # when the outage began; None: no outage
+        self._failures = 0  # in the whole outage
+        self._unlogged = 0  # since the last line
+        self._last_line = 0.0
+        self._last_failure = 0.0
+
+    @property
+    def in_outage(self) -> bool:
+        return self._since is not None
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """A call failed because the store could not be reached (``what`` failed)."""
+        now = self.clock()
+        with self._lock:
+            if self._since is not None and now - self._last_failure > 2 * self.summary_every:
+                self._since = None  # over long ago, with no success reported: a new one
+            self._last_failure = now
+            if self._since is None:
+                self._since, self._last_line, self._unlogged, self._failures = now, now, 0, 1
+                self.logger.warning("cannot %s: %s (further failures are summarised every "
+                                    "%.0f s until Redis answers)",
+                                    what, exc, self.summary_every)  # fmt: skip
+                return
+            self._failures += 1
+            self._unlogged += 1
+            if now - self._last_line < self.summary_every:
+                return
+            count, self._unlogged, self._last_line = self._unlogged, 0, now
+            down_for = now - self._since
+        self.logger.warning("Redis still unreachable after %.0f s (%d more failed call(s); "
+                            "last: cannot %s: %s)", down_for, count, what, exc)  # fmt: skip
+
+    def succeeded(self) -> None:
+        """A store call succeeded: ends an outage, if there was one."""
+        if self._since is None:  # the common case, without the lock
+            return
+        with self._lock:
+            if self._since is None:
+                return
+            down_for, failures = self.clock() - self._since, self._failures
+            self._since, self._failures, self._unlogged = None, 0, 0
+        self.logger.info("reconnected to Redis after %.1f s (%d failed call(s))",
+                         down_for, failures)  # fmt: skip
+
+
+#: One per process: a worker's threads report into it, so an outage is logged once.
+OUTAGE = OutageLog()
 
 
 def every(
@@ -19,10 +92,14 @@ def every(
     running: threading.Event,
     wake: threading.Event,
     what: str,
+    reaches_store: bool = False,
+    outage: OutageLog = OUTAGE,
 ) -> None:
     """Run ``body`` every ``interval`` seconds, or at once when ``wake`` is set, while
     ``running`` is set. A ``StoreError`` is logged (``what`` says what failed) and the loop
-    goes on: the store may come back."""
+    goes on: the store may come back. An unreachable store goes to ``outage``, which logs it
+    rate-limited; ``reaches_store``: every run of ``body`` calls the store, so its success
+    ends an outage."""
     while running.is_set():
         wake.wait(interval)
         wake.clear()
@@ -30,5 +107,10 @@ def every(
             return
         try:
             body()
+        except StoreUnavailable as exc:
+            outage.failed(what, exc)
         except StoreError as exc:
             log.warning("cannot %s: %s", what, exc)
+        else:
+            if reaches_store:
+                outage.succeeded()

@@ -24,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from chongming_redis.errors import StoreError, StoreUnavailable
+from chongming_redis.runtime.loops import OUTAGE
 
 if TYPE_CHECKING:
     from chongming_redis.stores.extensions import BucketPoolStore
@@ -74,6 +75,17 @@ def rendezvous(
                 share[worker].add(bucket)
                 break
     return {w: frozenset(b) for w, b in share.items()}
+
+
+def _ranges(buckets: list[int]) -> str:
+    """``0-15, 32, 40-47`` for a log line (a sorted list)."""
+    runs: list[list[int]] = []
+    for bucket in buckets:
+        if runs and bucket == runs[-1][1] + 1:
+            runs[-1][1] = bucket
+        else:
+            runs.append([bucket, bucket])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _rank(worker: str) -> bytes:
@@ -140,8 +152,8 @@ class BucketPool:
         if new != self.held:
             gained, lost = sorted(new - self.held), sorted(self.held - new)
             self.moves += len(gained) + len(lost)
-            log.info("%s: buckets +%s -%s (now %d, %d live workers)",
-                     self.owner, gained, lost, len(new), len(live))  # fmt: skip
+            log.info("%s: buckets +[%s] -[%s] (now %d, %d live worker(s))",
+                     self.owner, _ranges(gained), _ranges(lost), len(new), len(live))  # fmt: skip
             self.held = new
             self.on_change(new)
             # The others decide their shares from ours: a release lets a newcomer take the
@@ -164,10 +176,12 @@ class BucketPool:
                 return
             try:
                 self.tick()
-            except StoreUnavailable as exc:
-                log.warning("%s: pool heartbeat failed: %s", self.owner, exc)
+            except StoreUnavailable as exc:  # logged once per outage, then summarised
+                OUTAGE.failed(f"send the pool heartbeat of {self.owner}", exc)
             except StoreError as exc:
                 log.error("%s: pool: %s", self.owner, exc)
+            else:
+                OUTAGE.succeeded()  # a tick always reaches the store: Redis is back
 
     def stop(self) -> None:
         """Leave the pool: release every bucket and unregister, so others take over at once."""

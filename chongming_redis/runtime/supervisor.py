@@ -8,7 +8,9 @@ import logging
 import threading
 import time
 
+from chongming_redis.errors import StoreUnavailable
 from chongming_redis.runtime.held import Held
+from chongming_redis.runtime.loops import OUTAGE
 from chongming_redis.runtime.writer import TaskWriter
 
 log = logging.getLogger("chongming_redis.runtime")
@@ -22,6 +24,8 @@ def supervise(writer: TaskWriter, running: threading.Event) -> None:
         for held in writer.held.all():
             try:
                 supervise_one(writer, held)
+            except StoreUnavailable as exc:  # logged once per outage, then summarised
+                OUTAGE.failed(f"supervise {held.task_id}", exc)
             except Exception as exc:  # keep supervising the others
                 log.warning("%s: supervising %s: %s", writer.owner, held.task_id, exc)
 

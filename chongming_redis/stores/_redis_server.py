@@ -4,12 +4,18 @@ flags (Redis 7), and whether its settings can lose or evict acknowledged data.""
 from __future__ import annotations
 
 import logging
+import threading
 
 import redis
 
 from chongming_redis.stores._replies import text as _text
 
 log = logging.getLogger("chongming_redis.store")
+
+#: ``(server, problem)`` pairs already warned about by this process (and, through ``fork``, by
+#: its parent): a worker's every store, thread and reconnect would otherwise repeat them.
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
 
 
 def supports_script_flags(client: redis.Redis) -> bool:
@@ -33,11 +39,13 @@ def supports_script_flags(client: redis.Redis) -> bool:
 def check_server_settings(client: redis.Redis) -> list[str]:
     """Warn (log) when the server can lose or evict acknowledged data; return the warnings.
 
-    Reads only INFO; where the ACL forbids it the check is skipped with a log line.
+    Each warning is logged once per process and server; every call returns them all. Reads
+    only INFO; where the ACL forbids it the check is skipped with a log line.
     """
     try:
         memory = client.info("memory")
         persistence = client.info("persistence")
+        server = _server_of(client, client.info("server"))
     except redis.exceptions.NoPermissionError:
         log.info("server settings not checked: this user may not run INFO")
         return []
@@ -57,5 +65,21 @@ def check_server_settings(client: redis.Redis) -> list[str]:
             "use appendonly yes with appendfsync always for crash durability"
         )
     for problem in problems:
-        log.warning("chongming-redis: %s", problem)
+        with _warned_lock:
+            first = (server, problem) not in _warned
+            _warned.add((server, problem))
+        if first:
+            log.warning("chongming-redis: %s", problem)
     return problems
+
+
+def _server_of(client: redis.Redis, info: dict[str, object]) -> str:
+    """Which server process a client talks to: its ``run_id`` (new at every start, so a
+    restarted server or another one on the same port is warned about again), else the
+    address."""
+    if info.get("run_id"):
+        return str(info["run_id"])
+    kwargs = client.connection_pool.connection_kwargs
+    if kwargs.get("path"):
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', '')}:{kwargs.get('port', '')}"

@@ -1,0 +1,116 @@
+"""What ``--json`` prints: one JSON document per command, on one line, with stable keys.
+
+Statuses are their lowercase values; times are RFC 3339 in UTC with microseconds
+(``2026-01-02T03:04:05.123456Z``), ``null`` when unset. A task is the change feed's item
+(``feed.wire.item_to_json``, ``docs/feed-page.schema.json``)::
+
+    tasks --json      {"namespace", "tasks": [task, ...]}
+    show ID --json    {"namespace", "task": task + {"params", "result"} (failure with
+                       "traceback"), "history": [{"version", "from_status", "to_status",
+                       "at", "reason"}, ...]}
+    stats --json      {"namespace", "total", "counts": {status: n, ... every status},
+                       "buckets": [{"bucket", "counts": {status: n}}, ...] (non-empty ones),
+                       "workers": [{"worker", "heartbeat_until", "alive", "buckets": [...]}]}
+    reconcile --json  {"namespace", "lost": [id, ...], "retried": [...], "stalled": [...]}
+
+``params`` and ``result`` are as stored; bytes in them become ``{"base64": "..."}``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from chongming_redis.feed.wire import item_to_json
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+
+
+def _time(moment: datetime | None) -> str | None:
+    """The change feed's time format (``feed.wire``), ``None`` kept."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def plain(value: Any) -> Any:
+    """A stored value (msgpack types) as JSON types: bytes become ``{"base64": ...}``."""
+    if isinstance(value, bytes | bytearray):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {str(k if not isinstance(k, bytes) else k.decode("utf-8", "replace")): plain(v)
+                for k, v in value.items()}  # fmt: skip
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def task_json(snapshot: TaskSnapshot) -> dict[str, Any]:
+    """One task of ``tasks --json``: the change feed's item."""
+    return item_to_json(snapshot)
+
+
+def transition_json(entry: Transition) -> dict[str, Any]:
+    return {
+        "version": entry.version,
+        "from_status": None if entry.from_status is None else entry.from_status.value,
+        "to_status": entry.to_status.value,
+        "at": _time(entry.at),
+        "reason": entry.reason,
+    }
+
+
+def show_json(
+    namespace: str, snapshot: TaskSnapshot, history: Iterable[Transition]
+) -> dict[str, Any]:
+    task = item_to_json(snapshot)
+    task["params"] = plain(snapshot.params)
+    task["result"] = plain(snapshot.result)
+    if snapshot.failure is not None:
+        task["failure"]["traceback"] = snapshot.failure.traceback
+    return {
+        "namespace": namespace,
+        "task": task,
+        "history": [transition_json(entry) for entry in history],
+    }
+
+
+def counts_json(counts: Mapping[TaskStatus, int]) -> dict[str, int]:
+    return {status.value: int(counts.get(status, 0)) for status in TaskStatus}
+
+
+def stats_json(
+    namespace: str,
+    counts: Mapping[TaskStatus, int],
+    per_bucket: Mapping[int, Mapping[TaskStatus, int]],
+    workers: Mapping[str, datetime],
+    owners: Mapping[int, str],
+    now: datetime,
+) -> dict[str, Any]:
+    return {
+        "namespace": namespace,
+        "total": sum(counts.values()),
+        "counts": counts_json(counts),
+        "buckets": [
+            {"bucket": bucket, "counts": counts_json(per_bucket[bucket])}
+            for bucket in sorted(per_bucket)
+            if any(per_bucket[bucket].values())
+        ],
+        "workers": [
+            {
+                "worker": worker,
+                "heartbeat_until": _time(until),
+                "alive": until > now,
+                "buckets": sorted(b for b, owner in owners.items() if owner == worker),
+            }
+            for worker, until in sorted(workers.items())
+        ],
+    }
+
+
+def reconcile_json(
+    namespace: str, lost: Iterable[str], retried: Iterable[str], stalled: Iterable[str]
+) -> dict[str, Any]:
+    return {"namespace": namespace, "lost": list(lost), "retried": list(retried),
+            "stalled": list(stalled)}  # fmt: skip

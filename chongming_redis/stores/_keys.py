@@ -155,6 +155,11 @@ class Keys:
     def start_memo(self, token: str) -> str:
         return self.root + "sr:" + token
 
+    def nudge(self, topic: str) -> str:
+        """The pub/sub channel of a nudge (``runtime/notify.py``): ``work``, ``pool``, or the
+        name of the worker that holds a task."""
+        return self.root + "nudge:" + topic
+
     def pattern(self) -> str:
         """The ACL key pattern that covers the namespace (glob-escaped)."""
         return "~" + _glob_escape(self.root) + "*"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from chongming_redis.errors import CorruptRecord, StoreError
+from chongming_redis.errors import StoreError
 from chongming_redis.model import (
     ChangePage,
     FeedStats,
@@ -22,12 +22,12 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.stores import _common as check
-from chongming_redis.stores import _replies as replies
+from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores._feed import check_page_limit, decode_tombstone, page_of, parse_cursor
 from chongming_redis.stores._keys import Keys
-from chongming_redis.stores._redis_rows import encode_entry, pairs, token
+from chongming_redis.stores._redis_rows import pairs, token
 from chongming_redis.stores._replies import text as _text
-from chongming_redis.stores.codec import Row, decode_dt, encode_dt, snapshot_to_row
+from chongming_redis.stores.codec import decode_dt, encode_dt
 
 T = TypeVar("T")
 
@@ -46,9 +46,7 @@ class RedisExtensions:
         ) -> list[Any]: ...
         def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T: ...
         def _check_open(self) -> None: ...
-        def _task_args(
-            self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
-        ) -> list[Any]: ...
+        def _perform(self, plan: ops.Plan[T]) -> T: ...
         def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot: ...
 
     # -- batched starts and commits (one round trip each) -----------------------------------
@@ -88,31 +86,11 @@ class RedisExtensions:
         the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it met; such an item writes nothing.
         Items must name distinct tasks (each is checked against the state before the call).
         The full contract: ``BatchingStore.commit_tasks`` (``stores/extensions.py``)."""
-        checked = check.check_commit_items(items)  # every item, before the first batch
-        self._check_open()
-        results: list[StoreError | None] = []
-        for start in range(0, len(checked), 100):
-            batch = checked[start : start + 100]
-            args: list[Any] = [len(batch)]
-            for snapshot, expect, transitions in batch:
-                row = snapshot_to_row(snapshot)
-                if expect is None:
-                    args += self._task_args(row, "", with_lease=True, counted=True)
-                else:
-                    args += self._task_args(row, expect, counted=True)
-                args.append(len(transitions))
-                for transition in transitions:
-                    args += [transition.version, encode_entry(transition)]
-            reply = self._run("commit_tasks", [self.keys.root], args)
-            for i, (snapshot, expect, _) in enumerate(batch):
-                item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
-                results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
-        return results
+        return self._perform(ops.commit_tasks(self.keys, items))
 
     def server_time(self) -> datetime:
         """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
-        seconds, micros = self._read(self.keys.root, lambda c: c.time())
-        return decode_dt(int(seconds) * 1_000_000 + int(micros))
+        return self._perform(ops.server_time(self.keys))
 
     def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
         """``{bucket: {status: n}}`` from the counters, without reading any task."""
@@ -151,14 +129,7 @@ class RedisExtensions:
 
     def recorded_num_buckets(self) -> int | None:
         """``RecordedBucketsStore``: the ``num_buckets`` the first worker recorded."""
-        key = self.keys.meta
-        raw = self._read(key, lambda c: c.hget(key, "num_buckets"))
-        if raw is None:
-            return None
-        try:
-            return int(raw)
-        except ValueError:
-            raise CorruptRecord(key, "num_buckets", f"{raw!r} is not a count") from None
+        return self._perform(ops.recorded_num_buckets(self.keys))
 
     def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
         """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""

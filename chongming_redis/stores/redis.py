@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -27,66 +26,31 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from chongming_redis.errors import CorruptRecord, StoreClosed, StoreError, StoreUnavailable
-from chongming_redis.model import (
-    Command,
-    Progress,
-    TaskQuery,
-    TaskSnapshot,
-    TaskStatus,
-    Transition,
-)
+from chongming_redis.errors import CorruptRecord, StoreClosed
+from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores import _common as check
+from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
-from chongming_redis.stores._keys import (
-    COMMAND_COLUMNS_BY_FIELD,
-    COMMAND_FIELDS,
-    TASK_COLUMNS_BY_FIELD,
-    TASK_FIELDS,
-    Keys,
-)
+from chongming_redis.stores._keys import TASK_FIELDS, Keys
 from chongming_redis.stores._redis_extensions import RedisExtensions
-from chongming_redis.stores._redis_rows import (
-    choose_source,
-    decode_entry,
-    encode_entry,
-    fast_snapshot,
-    field_of,
-    hash_changes,
-    pairs,
-    task_hash_changes,
-    token,
-    write_token,
-)
+from chongming_redis.stores._redis_ops import QUERY_BUDGET, QUERY_PAGE
+from chongming_redis.stores._redis_rows import encode_entry, hash_changes, pairs, token
 from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
 from chongming_redis.stores._replies import text as _text
 from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
-from chongming_redis.stores.codec import (
-    LEASE_COLUMNS,
-    Primitive,
-    Row,
-    RowError,
-    command_to_row,
-    encode_dt,
-    row_to_command,
-    row_to_snapshot,
-    snapshot_to_row,
-    touch_columns,
-)
-from chongming_redis.validation import check_identifier, check_int
+from chongming_redis.stores.codec import Row, encode_dt, snapshot_to_row, touch_columns
+from chongming_redis.validation import check_int
+
+__all__ = ["PRUNE_BATCH", "QUERY_BUDGET", "QUERY_PAGE", "RedisTaskStore"]
 
 log = logging.getLogger("chongming_redis.store")
 
 T = TypeVar("T")
 
-#: Matches returned per ``query`` script call, and entries examined when filters remain.
-QUERY_PAGE = 500
-QUERY_BUDGET = 1000
 #: Tasks ``prune`` drops per script call (each call stays well under a millisecond per task).
+#: (``QUERY_PAGE``/``QUERY_BUDGET``, the ``query`` page sizes, come from ``_redis_ops``; the
+#: store reads them from this module at each call.)
 PRUNE_BATCH = 100
-
-
-_STATUS_FIELDS = [status.value for status in TaskStatus]
 
 
 class RedisTaskStore(RedisExtensions):
@@ -122,7 +86,7 @@ class RedisTaskStore(RedisExtensions):
         #: ``chongming-redis worker`` process gives its controller; settable.
         self.audit_owner = audit_owner or f"{os.uname().nodename}-{os.getpid()}"
         self.legacy_scripts = False
-        with self._errors():
+        with ops.errors():
             self.legacy_scripts = not supports_script_flags(client)
             self._scripts: dict[str, Script] = {
                 name: client.register_script(script_text(name, legacy=self.legacy_scripts))
@@ -190,63 +154,15 @@ class RedisTaskStore(RedisExtensions):
         self._run("save", keys, args, task_id=snapshot.task_id, expected=expect_version)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
-        check_identifier(task_id, "task_id")
-        key = self.keys.task(task_id)
-        fields: dict[bytes, bytes] = self._read(key, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
-        return None if not fields else self._decode_task(task_id, fields)
+        return self._perform(ops.get_task(self.keys, task_id))
 
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
-        q = check.check_query(query)
-        if q.limit == 0 or q.statuses == frozenset() or q.buckets == frozenset():
-            self._check_open()
-            return []
-        source_kind, source_arg = choose_source(q)
-        filters = [
-            " ".join(sorted(s.value for s in q.statuses or ())),
-            " ".join(str(b) for b in sorted(q.buckets or ())),
-            q.name or "",
-            q.name_prefix or "",
-            q.tag or "",
-            q.pipeline_run_id or "",
-        ]
-        # The composite index already applies every filter but tag and pipeline.
-        exact_source = source_kind == "ix"
-        results: list[TaskSnapshot] = []
-        cursor: tuple[str, str] = ("", "")
-        remaining = math.inf if q.limit is None else q.limit
-        while remaining > 0:
-            want = int(min(remaining, QUERY_PAGE))
-            budget = want if exact_source else max(want, QUERY_BUDGET)
-            args = ["desc" if q.newest_first else "asc", want, budget, *cursor]
-            exact = "1" if exact_source else "0"
-            reply = self._run(
-                "query", [self.keys.root], [*args, source_kind, source_arg, *filters, exact]
-            )
-            exhausted, cursor = reply[1] == 1, (_text(reply[2]), _text(reply[3]))
-            page = [
-                self._decode_task(_text(reply[i]), pairs(reply[i + 1]))
-                for i in range(4, len(reply), 2)
-            ]
-            results.extend(page)
-            remaining -= len(page)
-            if exhausted:
-                break
-        return results
+        # The page sizes are read here, so that a test may change this module's constants.
+        plan = ops.query(self.keys, query, page_size=QUERY_PAGE, page_budget=QUERY_BUDGET)
+        return self._perform(plan)
 
     def counts(self) -> dict[TaskStatus, int]:
-        key = self.keys.counts
-        # The seven status fields only: the hash also holds a counter per (status, bucket).
-        raw = self._read(key, lambda c: c.hmget(key, _STATUS_FIELDS))
-        result = dict.fromkeys(TaskStatus, 0)
-        for status, value in zip(TaskStatus, raw):
-            if value is None:
-                continue
-            try:
-                result[status] = int(value)
-            except ValueError:
-                detail = f"counter {value!r} does not decode"
-                raise CorruptRecord(key, status.value, detail) from None
-        return result
+        return self._perform(ops.counts(self.keys))
 
     # -- audit history ---------------------------------------------------------------------
 
@@ -255,14 +171,7 @@ class RedisTaskStore(RedisExtensions):
         self._run("append", [self.keys.history(transition.task_id)], [transition.version, entry])
 
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
-        check_identifier(task_id, "task_id")
-        check_int(since_version, "since_version")
-        key = self.keys.history(task_id)
-        members: list[bytes] = self._read(
-            key,
-            lambda c: c.zrangebyscore(key, f"({since_version}", "+inf"),  # type: ignore[arg-type,return-value]
-        )
-        return [self._decode_entry(task_id, key, m) for m in members]
+        return self._perform(ops.history(self.keys, task_id, since_version))
 
     # -- high-frequency side path ----------------------------------------------------------
 
@@ -319,26 +228,11 @@ class RedisTaskStore(RedisExtensions):
     # -- control commands ------------------------------------------------------------------
 
     def submit_command(self, command: Command) -> None:
-        row = command_to_row(check.check_command(command))
-        writes, _ = hash_changes(row, COMMAND_FIELDS)
-        k = self.keys
-        args = [
-            command.command_id,
-            write_token(),
-            row["created_at"],
-            "" if row["lease_until"] is None else row["lease_until"],
-            "0" if row["finished_at"] is None else "1",
-            *writes,
-        ]
-        keys = [k.command(command.command_id), k.command_queue, k.command_leases]
-        self._run("submit_command", keys, args, command_id=command.command_id)
+        self._perform(ops.submit_command(self.keys, command))
 
     def get_command(self, command_id: str) -> Command | None:
         """``CommandReadingStore``: the command as stored, or ``None``."""
-        check_identifier(command_id, "command_id")
-        key = self.keys.command(command_id)
-        fields: dict[bytes, bytes] = self._read(key, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
-        return None if not fields else self._decode_command(command_id, fields)
+        return self._perform(ops.get_command(self.keys, command_id))
 
     def claim_commands(
         self, *, now: datetime, lease_seconds: float, limit: int = 50
@@ -396,6 +290,25 @@ class RedisTaskStore(RedisExtensions):
 
     # -- script calls and replies ----------------------------------------------------------
 
+    def _perform(self, plan: ops.Plan[T]) -> T:
+        """Run an operation of ``_redis_ops`` with this store's I/O (see its docstring)."""
+        reply: Any = None
+        requested = False
+        while True:
+            try:
+                request = plan.send(reply)
+            except StopIteration as done:
+                if not requested:
+                    self._check_open()
+                return done.value  # type: ignore[no-any-return]
+            requested = True
+            reply = self._request(request)
+
+    def _request(self, request: ops.Request) -> Any:
+        if isinstance(request, ops.Read):
+            return self._read(request.key, lambda c: getattr(c, request.method)(*request.args))
+        return replies.check(request.call, self._eval(request.name, request.keys, request.args))
+
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any) -> list[Any]:
         """One script call; a failure code becomes its exception (``_replies.REPLIES``),
         naming what ``about`` says the call was about (``_replies.Call``)."""
@@ -405,7 +318,7 @@ class RedisTaskStore(RedisExtensions):
         """One script call, its reply as the script gave it (the code made ``str``)."""
         self._check_open()
         script = self._scripts[name]
-        with self._errors():
+        with ops.errors():
             if name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = self._evalsha_ro(script, keys, args)
             else:
@@ -427,76 +340,22 @@ class RedisTaskStore(RedisExtensions):
 
     def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T:
         self._check_open()
-        with self._errors(key):
+        with ops.errors(key):
             return call(self._client)
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed()
 
-    @contextmanager
-    def _errors(self, key: str | None = None) -> Iterator[None]:
-        """Turn redis-py's exceptions into the store's, naming the cause."""
-        try:
-            yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis is unreachable: {exc}") from exc
-        except redis.exceptions.OutOfMemoryError as exc:
-            # Write scripts carry a '#!lua' shebang, so Redis refuses them whole, before any
-            # write, when it is over maxmemory (no half-applied script).
-            raise StoreError(f"Redis refused the write, out of memory: {exc}") from exc
-        except redis.exceptions.NoPermissionError as exc:
-            raise StoreError(f"Redis refused the command (ACL): {exc}") from exc
-        except redis.exceptions.ResponseError as exc:
-            message = str(exc)
-            if message.startswith("WRONGTYPE") and key is not None:
-                raise CorruptRecord(key, None, message) from exc
-            raise StoreError(f"Redis error: {message}") from exc
-        except redis.exceptions.RedisError as exc:
-            raise StoreError(f"Redis error: {exc}") from exc
-
-    # -- encoding --------------------------------------------------------------------------
+    # -- encoding (``_redis_ops``) ---------------------------------------------------------
 
     def _task_args(
         self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
     ) -> list[Any]:
-        """create writes the whole task, lease included; save never writes the lease.
-        ``counted``: the pairs are preceded by their number (commit_tasks' layout). A create
-        (``expect == ""``) sends no deletions: a new hash has nothing to delete."""
-        skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
-        columns = {c: v for c, v in row.items() if c not in skip}
-        writes, deletes = task_hash_changes(columns, TASK_FIELDS)
-        if expect == "":
-            deletes = []
-        count = [len(writes) // 2] if counted else []
-        return [row["task_id"], write_token(), expect, len(deletes), *deletes, *count, *writes]
+        return ops.task_args(row, expect, with_lease=with_lease, counted=counted)
 
     def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
-        snapshot = fast_snapshot(task_id, fields)
-        if snapshot is not None:
-            return snapshot
-        key = self.keys.task(task_id)
-        row: dict[str, Primitive] = {"task_id": task_id}
-        for field, value in fields.items():
-            column = TASK_COLUMNS_BY_FIELD.get(_text(field, key))
-            if column is not None:
-                row[column] = value
-        try:
-            return row_to_snapshot(row)
-        except RowError as exc:
-            raise CorruptRecord(key, field_of(exc.column, TASK_FIELDS), exc.detail) from None
+        return ops.decode_task(self.keys, task_id, fields)
 
     def _decode_command(self, command_id: str, fields: dict[bytes, bytes]) -> Command:
-        key = self.keys.command(command_id)
-        row: dict[str, Primitive] = {}
-        for field, value in fields.items():
-            column = COMMAND_COLUMNS_BY_FIELD.get(_text(field, key))
-            if column is not None:
-                row[column] = value
-        try:
-            return row_to_command(row)
-        except RowError as exc:
-            raise CorruptRecord(key, field_of(exc.column, COMMAND_FIELDS), exc.detail) from None
-
-    def _decode_entry(self, task_id: str, key: str, member: bytes) -> Transition:
-        return decode_entry(task_id, key, member)
+        return ops.decode_command(self.keys, command_id, fields)

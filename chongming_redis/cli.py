@@ -216,7 +216,7 @@ def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:
 cli_read.register(app)  # tasks, show, stats, reconcile
 
 
-@app.command()
+@app.command(epilog="Example: chongming-redis changes --after 0 --limit 100 --follow")
 def changes(
     after: Annotated[
         str, typer.Option(help="the cursor to read after ('0': from the start)")

@@ -278,7 +278,7 @@ def test_version_prints_the_installed_version() -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["", "worker", "submit", "tasks", "show", "stats", "reconcile", "prune"]
+    "command", ["", "worker", "submit", "tasks", "show", "stats", "reconcile", "prune", "changes"]
 )
 def test_each_help_has_an_example(command: str) -> None:
     text = ok(cli(*command.split(), "--help"))

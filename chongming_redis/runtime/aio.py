@@ -39,6 +39,7 @@ class TaskLoop:
         self._start_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._closed = False
         # Touched on the loop thread only: the running tasks, and those already cancelled.
         self._running: dict[asyncio.Task[Any], TaskContext] = {}
         self._cancelled: set[asyncio.Task[Any]] = set()
@@ -54,7 +55,7 @@ class TaskLoop:
         """Stop the loop: tasks still running are cancelled and get ``grace`` seconds."""
         with self._start_lock:
             loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
+            self._loop, self._thread, self._closed = None, None, True
         if loop is None or thread is None:
             return
         loop.call_soon_threadsafe(loop.stop)
@@ -64,6 +65,8 @@ class TaskLoop:
 
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._start_lock:
+            if self._closed:
+                raise RuntimeError("the task loop is closed")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=self._main, args=(loop,),

@@ -36,6 +36,7 @@ from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStop
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 if TYPE_CHECKING:
+    from chongming_redis.aclient import AsyncClient
     from chongming_redis.client import Client
     from chongming_redis.runtime.app import App
     from chongming_redis.runtime.buckets import BucketPolicy
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "App",
+    "AsyncClient",
     "BucketPolicy",
     "ChangePage",
     "Client",
@@ -83,6 +85,7 @@ _LAZY = {
     "TaskContext": "chongming_redis.runtime.context",
     "App": "chongming_redis.runtime.app",
     "Client": "chongming_redis.client",
+    "AsyncClient": "chongming_redis.aclient",
     "RedisTaskStore": "chongming_redis.stores.redis",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",

@@ -10,7 +10,8 @@ gets the same types::
 
 ``Controller(store, app=app)`` runs them; ``chongming-redis worker mymodule:app`` too.
 ``@app.task()`` returns a ``TaskFunction``: still callable as the function, and a typed handle
-to submit it (``resize.submit(client, width=640)``), so a misspelt task name fails at import.
+to submit it (``resize.submit(client, width=640)``, or ``await resize.asubmit(aclient, ...)``
+on an ``AsyncClient``), so a misspelt task name fails at import.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from chongming_redis.validation import check_identifier
 
 if TYPE_CHECKING:  # the clients sit above the runtime: only their types are named here
+    from chongming_redis.aclient import AsyncClient, AsyncTaskHandle
     from chongming_redis.client import Client, TaskHandle
 
 R = TypeVar("R")
@@ -138,6 +140,18 @@ class TaskFunction(Generic[R]):
 
     def submit_many(self, client: Client, params_list: Iterable[Any]) -> list[TaskHandle]:
         return client.submit_many(self.task_type, params_list)
+
+    async def asubmit(
+        self, client: AsyncClient, params: Any = None, /, **fields: Any
+    ) -> AsyncTaskHandle:
+        """``submit`` on an ``AsyncClient``: ``await resize.asubmit(client, width=640)``."""
+        options = fields.pop("submit_options", None) or {}
+        return await client.submit(self.task_type, _params(params, fields), **options)
+
+    async def asubmit_many(
+        self, client: AsyncClient, params_list: Iterable[Any]
+    ) -> list[AsyncTaskHandle]:
+        return await client.submit_many(self.task_type, params_list)
 
     def __repr__(self) -> str:
         return f"<task {self.name!r} of {self.fn.__module__}.{self.fn.__qualname__}>"

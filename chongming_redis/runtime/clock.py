@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Awaitable
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
@@ -20,18 +21,50 @@ class TimeSource(Protocol):
         ...
 
 
-class ServerClock:
-    def __init__(self, source: TimeSource, *, resync: float = 30.0) -> None:
-        self._source = source
+class AsyncTimeSource(Protocol):
+    def server_time(self) -> Awaitable[datetime | None]:
+        """``TimeSource`` for an asyncio caller (``AsyncRedisStore``)."""
+        ...
+
+
+class _Offset:
+    """The offset between this process's clock and the store's, and when it was measured."""
+
+    def __init__(self, resync: float) -> None:
         self._resync = resync
         self._offset = timedelta(0)
         self._synced_at = -float("inf")
         self._lock = threading.Lock()
 
-    def now(self) -> datetime:
-        if time.monotonic() - self._synced_at > self._resync:
-            self.sync()
+    @property
+    def stale(self) -> bool:
+        return time.monotonic() - self._synced_at > self._resync
+
+    def _record(self, before: datetime, server: datetime | None, after: datetime) -> None:
+        if server is None:  # no store clock: this process's own
+            self._synced_at = time.monotonic()
+            return
+        with self._lock:
+            self._offset = server - (before + (after - before) / 2)
+            self._synced_at = time.monotonic()
+
+    def _read(self) -> datetime:
         return datetime.now(timezone.utc) + self._offset
+
+    @property
+    def offset(self) -> timedelta:
+        return self._offset
+
+
+class ServerClock(_Offset):
+    def __init__(self, source: TimeSource, *, resync: float = 30.0) -> None:
+        super().__init__(resync)
+        self._source = source
+
+    def now(self) -> datetime:
+        if self.stale:
+            self.sync()
+        return self._read()
 
     def sync(self) -> None:
         """Measure the offset; keeps the last one if the store cannot be reached."""
@@ -41,13 +74,26 @@ class ServerClock:
             after = datetime.now(timezone.utc)
         except Exception:  # a blip: keep the old offset, try again on the next call
             return
-        if server is None:  # no store clock: this process's own
-            self._synced_at = time.monotonic()
-            return
-        with self._lock:
-            self._offset = server - (before + (after - before) / 2)
-            self._synced_at = time.monotonic()
+        self._record(before, server, after)
 
-    @property
-    def offset(self) -> timedelta:
-        return self._offset
+
+class AsyncServerClock(_Offset):
+    """``ServerClock`` for an asyncio caller: ``await clock.now()``."""
+
+    def __init__(self, source: AsyncTimeSource, *, resync: float = 30.0) -> None:
+        super().__init__(resync)
+        self._source = source
+
+    async def now(self) -> datetime:
+        if self.stale:
+            await self.sync()
+        return self._read()
+
+    async def sync(self) -> None:
+        try:
+            before = datetime.now(timezone.utc)
+            server = await self._source.server_time()
+            after = datetime.now(timezone.utc)
+        except Exception:  # a blip: keep the old offset, try again on the next call
+            return
+        self._record(before, server, after)

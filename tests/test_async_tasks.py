@@ -2,7 +2,8 @@
 pool's tasks, each holding one slot of ``concurrency`` but no thread, with the awaitable
 ``ctx.acheckpoint()``; stop, pause/resume, lost leases and failures end them as they end plain
 tasks. Also: the signature check at registration, the per-task log lines, and a real worker
-process (``chongming-redis worker tests.support.async_app:app``) stopped from outside.
+process (``chongming-redis worker tests.support.async_app:app``) stopped from outside, its
+task log lines on stderr.
 
 On ``InMemoryTaskStore`` and a real redis-server, with the short timings of
 ``tests/test_controller.py``; every wait polls with a generous timeout, nothing is timed.
@@ -590,7 +591,7 @@ def test_a_worker_process_runs_async_tasks_and_a_stop_from_outside_ends_them(
         worker = subprocess.Popen(
             [sys.executable, "-m", "chongming_redis.cli", "worker", "tests.support.async_app:app",
              f"--redis={redis_proc.url}", f"--namespace={namespace}", "--concurrency=3",
-             "--task-lease=5", "--grace=5"],
+             "--task-lease=5", "--grace=5", "--log-level=INFO"],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
         )  # fmt: skip
     try:
@@ -617,4 +618,7 @@ def test_a_worker_process_runs_async_tasks_and_a_stop_from_outside_ends_them(
         worker.wait(60)
         client.notifier.close()
         store.close()
-    assert worker.returncode == 0, stderr_path.read_text(errors="replace")[-4000:]
+    logged = stderr_path.read_text(errors="replace")
+    assert worker.returncode == 0, logged[-4000:]
+    for pattern in (rf"task {echo} echo succeeded in \d+\.\d ms", rf"task {nap} nap stopped in "):
+        assert re.search(pattern, logged), logged[-4000:]

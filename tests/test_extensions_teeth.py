@@ -56,8 +56,8 @@ def test_there_are_enough_broken_stores_and_each_names_its_test() -> None:
 
 
 def test_every_test_the_reference_runs_pins_a_broken_store() -> None:
-    """Only the Redis-only extensions (the bucket pool, its recorded count and the nudges), which the in-memory
-    reference does not implement, have no broken store here."""
+    """Only the Redis-only extensions (the bucket pool, its recorded count and the nudges),
+    which the in-memory reference does not implement, have no broken store here."""
     redis_only = {
         "test_pool_ticks_take_free_buckets_and_never_give_one_two_owners",
         "test_a_pool_tick_with_another_num_buckets_is_refused_and_writes_nothing",

@@ -9,7 +9,10 @@ import importlib
 import logging
 import math
 import os
+import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -80,6 +83,23 @@ def configure_logging(level: str) -> None:
     root.setLevel(level)
 
 
+def say_ctrl_c_once_handled(timeout: float = 60.0) -> None:
+    """Print how Ctrl-C stops the worker once a SIGINT handler is installed (``run_forever``,
+    or the ``--processes`` parent, installs it after this call): the hint is true when it
+    appears, and a test or a user acting on it never interrupts the start-up instead."""
+    before = signal.getsignal(signal.SIGINT)
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout
+        while signal.getsignal(signal.SIGINT) == before:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+        err.print(CTRL_C, highlight=False, soft_wrap=True)
+
+    threading.Thread(target=wait, name="ctrl-c-hint", daemon=True).start()
+
+
 def run_worker(options: WorkerOptions, *, announce: bool = True) -> None:
     """One worker in this process: join the pool, run until SIGTERM/SIGINT. ``announce``:
     say how Ctrl-C stops it (the ``--processes`` parent says it once for its children)."""
@@ -100,7 +120,7 @@ def run_worker(options: WorkerOptions, *, announce: bool = True) -> None:
         retry.max_attempts,
     )  # fmt: skip
     if announce:
-        err.print(CTRL_C, highlight=False, soft_wrap=True)
+        say_ctrl_c_once_handled()
     controller.run_forever(grace=options.grace)
 
 
@@ -128,8 +148,10 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
                 run_worker(options, announce=False)
         except typer.Exit as exc:  # a one-line error was printed: exit with its status
             raise SystemExit(exc.exit_code) from None
+        except KeyboardInterrupt:  # forwarded before its handler was installed: stop quietly
+            raise SystemExit(130) from None
 
-    err.print(CTRL_C, highlight=False, soft_wrap=True)
+    say_ctrl_c_once_handled()
     try:
         status = supervise_children(
             child, processes, say=lambda line: err.print(line, highlight=False, soft_wrap=True)

@@ -102,3 +102,26 @@ def test_the_store_example_runs_twice_and_ends_stopped_with_a_full_history(
         assert "expected version 1, found version 2" in lines[0]
         assert lines[-2] == "stopped ['pending', 'running', 'stopped']"
         assert lines[-1] == "True"
+
+
+def test_the_async_example_submits_from_a_coroutine_and_a_worker_runs_it(
+    tmp_path: Path, fresh_redis_proc: RedisProc
+) -> None:
+    url = fresh_redis_proc.url
+    (tmp_path / "mail.py").write_text(block("async def endpoint()").replace(URL, url))
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "chongming_redis.cli", "worker",
+                                   "mail:app"], cwd=tmp_path, env=env_for(url), stdout=log,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            check = (
+                "import asyncio, mail\n"
+                "from chongming_redis import Client\n"
+                "for _ in range(2):\n"
+                "    task_id = asyncio.run(mail.endpoint())\n"
+                f"    print(Client.from_url({url!r}, app=mail.app).wait(task_id, timeout=30))\n"
+            )
+            assert run(check, tmp_path, url).splitlines() == ["sent to ada@example.org"] * 2
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)

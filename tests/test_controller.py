@@ -450,7 +450,7 @@ def test_commands_for_a_task_nobody_runs_are_applied_by_any_worker(store: Any, m
         sent = control(task_id)
         wait_status(store, task_id, status)
         outcomes.append(wait_command_done(store, sent.removeprefix("sent:")).outcome)
-    assert outcomes == ["paused", "pending", "stopped"]
+    assert outcomes == ["paused", "resumed", "stopped"]
     assert moves(wait_history(store, task_id, 4)) == chain(P, PA, P, STOPPED)
 
 

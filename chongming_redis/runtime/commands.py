@@ -67,7 +67,8 @@ class CommandHandler:
         reason = f"{command.kind.value} by {command.issued_by or '?'}"
         if not self.writer.move(snapshot, advance(snapshot, target, now), reason):
             return "conflict-retry"
-        return target.value
+        # The same words as for a held task and as a producer's own compare-and-set.
+        return "resumed" if command.kind is CommandKind.RESUME else target.value
 
     def apply(self, held: Held, kind: CommandKind, command_id: str | None) -> str:
         """Act on a task this process holds; returns the outcome (``"stopping"``: the stop

@@ -8,8 +8,9 @@ A thin facade over the runtime's parts, each in its own module (``docs/runtime.m
 * ``supervisor`` — leases, heartbeats, progress, buffered writes;
 * ``commands`` — control commands; ``reconcile`` — expired leases and retries.
 
-Threads of a running controller (all daemons, started by ``start()``): ``concurrency`` task
-threads; ``supervisor`` (every tick); ``commands`` (every ``command_poll_interval``, or at once
+Threads of a running controller (all daemons, started by ``start()``): up to
+``concurrency`` task threads (an ``async def`` task holds a slot but no thread: it runs on the
+controller's event loop thread, started with the first one, ``runtime/aio.py``); ``supervisor`` (every tick); ``commands`` (every ``command_poll_interval``, or at once
 when nudged); ``starter`` (every ``start_poll_interval``, or when nudged); ``reconciler``
 (every ``reconcile_interval``); ``committer`` where the store batches; and the bucket pool's
 heartbeat after ``join_pool``.

@@ -159,12 +159,13 @@ class AsyncClient(ClientFlows):
         task: str | TaskType,
         params_list: Iterable[Any],
         *,
+        key: str | None = None,
         tags: Iterable[str] = (),
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
     ) -> builtins.list[AsyncTaskHandle]:
         """``Client.submit_many``."""
-        flow = self._submit_many_flow(task, params_list, tags=tags,
+        flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
                                       pipeline_run_id=pipeline_run_id, delay=delay)  # fmt: skip
         return [AsyncTaskHandle(self, task_id) for task_id in await self._drive(flow)]
 

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import sys
-from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -179,27 +178,23 @@ def submit(
             decoded = json.loads(params)
         except json.JSONDecodeError as exc:
             raise UserError(f"--params is not JSON: {exc}") from None
-        from chongming_redis.runtime.buckets import BucketPolicy
-        from chongming_redis.runtime.controller import Controller
+        from chongming_redis.client import Client
 
         store = open_store(redis, namespace)
         buckets = _namespace_buckets(store, namespace, num_buckets)
-        controller = Controller(store, app=load_app(app_spec), owner=_cli_owner(),
-                                buckets=BucketPolicy(buckets))  # fmt: skip
-        not_before = controller.clock.now() + timedelta(seconds=delay) if delay else None
-        plain_batch = key is None and not tag and not_before is None
+        client = Client(store, app=load_app(app_spec), num_buckets=buckets, name=_cli_owner(),
+                        owns_store=True)  # fmt: skip
         with progress("submitting", count, shown=None if count > 1 else False) as advance:
             done = 0
-            while done < count:
-                if plain_batch:  # up to SUBMIT_BATCH per round trip
-                    ids = controller.submit_many(name, [decoded] * min(SUBMIT_BATCH, count - done))
-                else:  # submit_many takes no key, tags or not_before: one by one
-                    ids = [controller.submit(name, decoded, key=key, tags=tag or (),
-                                             not_before=not_before)]  # fmt: skip
-                sys.stdout.write("".join(f"{task_id}\n" for task_id in ids))
+            while done < count:  # up to SUBMIT_BATCH per round trip
+                batch = [decoded] * min(SUBMIT_BATCH, count - done)
+                handles = client.submit_many(name, batch, key=key, tags=tag or (),
+                                             delay=delay or None)  # fmt: skip
+                sys.stdout.write("".join(f"{h.task_id}\n" for h in handles))
                 sys.stdout.flush()
-                done += len(ids)
-                advance(len(ids))
+                done += len(handles)
+                advance(len(handles))
+        client.close()
 
 
 def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:

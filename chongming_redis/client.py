@@ -160,13 +160,14 @@ class Client(ClientFlows):
         task: str | TaskType,
         params_list: Iterable[Any],
         *,
+        key: str | None = None,
         tags: Iterable[str] = (),
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
     ) -> builtins.list[TaskHandle]:
         """One task per parameter set (on Redis, 100 per round trip). Every set is validated
         before anything is written; an empty list writes nothing."""
-        flow = self._submit_many_flow(task, params_list, tags=tags,
+        flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
                                       pipeline_run_id=pipeline_run_id, delay=delay)  # fmt: skip
         return [TaskHandle(self, task_id) for task_id in self._drive(flow)]
 

@@ -52,6 +52,9 @@ T = TypeVar("T")
 CONTROL_ROUNDS = 5
 
 
+_MICROSECOND = timedelta(microseconds=1)
+
+
 class TaskNotFound(LookupError):
     """No task with this id in the namespace (never submitted, or pruned)."""
 
@@ -220,22 +223,26 @@ class ClientFlows:
         task: str | TaskType,
         params_list: Iterable[Any],
         *,
+        key: str | None,
         tags: Iterable[str],
         pipeline_run_id: str | None,
         delay: float | timedelta | None,
     ) -> Flow[list[str]]:
-        """The new tasks' ids; every parameter set is validated before anything is written."""
+        """The new tasks' ids; every parameter set is validated before anything is written.
+        ``key``: every task's bucket key (one bucket for all; default: each task's id)."""
         name, task_type = submission.resolve(self.app, task)
         now: datetime = yield Now()
         when = not_before_of(now, delay, None)
         buckets, tag_set = (yield from self._bucket_policy_flow()), frozenset(tags)
-        prepared = [
-            submission.new_task(submission.NewTask(name, params, tags=tag_set,
-                                                   pipeline_run_id=pipeline_run_id,
-                                                   not_before=when),
-                                task_type, now=now, buckets=buckets, submitted_by=self.name)
-            for params in params_list
-        ]  # fmt: skip
+        prepared = []
+        for params in params_list:
+            spec = submission.NewTask(name, params, key=key, tags=tag_set,
+                                      pipeline_run_id=pipeline_run_id, not_before=when)  # fmt: skip
+            prepared.append(submission.new_task(spec, task_type, now=now, buckets=buckets,
+                                                submitted_by=self.name))  # fmt: skip
+            # Each task its own instant, in submission order: listings (ordered by created_at)
+            # show a batch in the order it was given, as separate submits would.
+            now = max((yield Now()), now + _MICROSECOND)
         if not prepared:
             return []
         items = [(snapshot, None, [transition]) for snapshot, transition in prepared]

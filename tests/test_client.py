@@ -379,3 +379,13 @@ def test_a_client_works_on_any_task_store() -> None:
     assert made.stop(handle.task_id) == "stopped"
     with pytest.raises(TypeError):
         Client(object())  # type: ignore[arg-type]
+
+
+def test_submit_many_keeps_the_submission_order_and_shares_a_key(client: Client) -> None:
+    handles = client.submit_many("resize", [{"width": n} for n in range(30)], key="one-user",
+                                 tags=["batch"], delay=60)  # fmt: skip
+    listed = client.list(tag="batch")
+    assert [t.task_id for t in listed] == [h.task_id for h in handles]
+    assert [t.params["width"] for t in listed] == list(range(30))
+    assert len({t.bucket for t in listed}) == 1 and {t.key for t in listed} == {"one-user"}
+    assert all(t.not_before is not None for t in listed)

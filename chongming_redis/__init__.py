@@ -38,7 +38,8 @@ from chongming_redis.stores.memory import InMemoryTaskStore
 if TYPE_CHECKING:
     from chongming_redis.aclient import AsyncClient
     from chongming_redis.client import Client
-    from chongming_redis.runtime.app import App
+    from chongming_redis.client_flows import CommandTimeout, TaskNotFinished, TaskNotFound
+    from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.context import TaskContext
     from chongming_redis.runtime.controller import Controller
@@ -55,6 +56,7 @@ __all__ = [
     "CommandAlreadyExists",
     "CommandKind",
     "CommandNotFound",
+    "CommandTimeout",
     "ConcurrencyConflict",
     "Controller",
     "CorruptRecord",
@@ -62,6 +64,7 @@ __all__ = [
     "FeedStats",
     "InMemoryTaskStore",
     "InvalidCursor",
+    "InvalidParams",
     "Progress",
     "RedisTaskStore",
     "RetryPolicy",
@@ -72,6 +75,8 @@ __all__ = [
     "TaskContext",
     "TaskFailed",
     "TaskLost",
+    "TaskNotFinished",
+    "TaskNotFound",
     "TaskOutcome",
     "TaskQuery",
     "TaskSnapshot",
@@ -79,6 +84,7 @@ __all__ = [
     "TaskStopped",
     "Tombstone",
     "Transition",
+    "UnknownTask",
 ]
 
 _LAZY = {
@@ -86,6 +92,11 @@ _LAZY = {
     "App": "chongming_redis.runtime.app",
     "Client": "chongming_redis.client",
     "AsyncClient": "chongming_redis.aclient",
+    "TaskNotFound": "chongming_redis.client_flows",
+    "TaskNotFinished": "chongming_redis.client_flows",
+    "CommandTimeout": "chongming_redis.client_flows",
+    "InvalidParams": "chongming_redis.runtime.app",
+    "UnknownTask": "chongming_redis.runtime.app",
     "RedisTaskStore": "chongming_redis.stores.redis",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",

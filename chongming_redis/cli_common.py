@@ -183,7 +183,11 @@ def load_app(spec: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UserError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # the module itself raised (or has a syntax error): one line
+        raise UserError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     found = getattr(module, attribute, None)
     if not isinstance(found, App):
         raise UserError(f"{spec!r} is not a chongming_redis App")
+    if not found.types:  # a worker would wait forever, a submit would check nothing
+        raise UserError(f"app {spec!r} has no tasks registered (decorate them with @app.task)")
     return found

@@ -54,6 +54,8 @@ def open_client(redis_url: str | None, namespace: str) -> Client:
 _MEANING = {
     "already-terminal": "it had already finished",
     "no-change": "nothing to change",
+    "succeeded": "it finished before it reached a checkpoint that saw the stop",
+    "failed": "it failed before it reached a checkpoint that saw the stop",
     "already-paused": "it was already paused",
     "not-paused": "it was not paused",
 }
@@ -208,6 +210,10 @@ def _wait_all(task_ids: list[str], redis_url: str | None, namespace: str, *,
     from chongming_redis.client import TaskNotFinished, TaskNotFound
 
     client = open_client(redis_url, namespace)
+    missing = [task_id for task_id in task_ids if client.get(task_id) is None]
+    if missing:  # refused before waiting for the others: no half-written report
+        client.close()
+        raise UserError(f"no task {missing[0]!r} in namespace {namespace!r}")
     deadline = None if timeout is None else time.monotonic() + timeout
     worst = 0
     with _progress(len(task_ids), bar) as advance:

@@ -120,12 +120,15 @@ def tasks_table(found: Sequence[TaskSnapshot], *, title: str, now: datetime) -> 
     from rich.table import Table  # only the commands that print tables load it
 
     table = Table(title=title, title_justify="left")
-    table.add_column("id", no_wrap=True)
+    # The id is what a user copies into the next command: never cut, on any terminal width
+    # (the other columns give way first).
+    longest = max((len(t.task_id) for t in found), default=2)
+    table.add_column("id", no_wrap=True, min_width=longest)
     table.add_column("name", no_wrap=True)
-    table.add_column("status", no_wrap=True)
+    table.add_column("status", no_wrap=True, min_width=9)
     table.add_column("progress", no_wrap=True)
-    table.add_column("attempt", justify="right")
-    table.add_column("bucket", justify="right")
+    table.add_column("try", justify="right", no_wrap=True, min_width=3)
+    table.add_column("bkt", justify="right", no_wrap=True, min_width=3)
     table.add_column(f"created ({zone_name()})", no_wrap=True)
     table.add_column("held by", no_wrap=True)
     for t in found:
@@ -246,7 +249,7 @@ def buckets_table(per_bucket: Mapping[int, Mapping[TaskStatus, int]]) -> Table:
     from rich.table import Table
 
     table = Table(title="per bucket (buckets with tasks)", title_justify="left")
-    table.add_column("bucket", justify="right")
+    table.add_column("bkt", justify="right", no_wrap=True, min_width=3)
     for status in TaskStatus:
         table.add_column(status_text(status), justify="right")
     for bucket in sorted(per_bucket):

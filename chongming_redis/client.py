@@ -131,6 +131,9 @@ class Client(ClientFlows):
         ``store_options`` go to ``RedisTaskStore.from_url`` (timeouts, retries)."""
         from chongming_redis.stores.redis import RedisTaskStore
 
+        # The server's durability settings are the workers' concern (they warn once); a
+        # producer does not repeat the warning in every process.
+        store_options.setdefault("check_server", False)
         store = RedisTaskStore.from_url(url, namespace=namespace, **store_options)
         return cls(store, app=app, num_buckets=num_buckets, name=name, owns_store=True)
 

@@ -319,7 +319,7 @@ class ClientFlows:
         """The outcome, or ``None`` when the task changed before the compare-and-set."""
         target = submission.unheld_target(snapshot, kind)
         if target is None:
-            return "no-change"
+            return submission.unchanged(snapshot, kind)
         now: datetime = yield Now()
         new = advance(snapshot, target, now)
         transition = Transition(snapshot.task_id, new.status_version, snapshot.status, target,

@@ -352,9 +352,9 @@ def test_control_of_a_task_nobody_holds_needs_no_worker(run: Any) -> None:
     async def body(client: AsyncClient) -> None:
         handle = await client.submit("resize", {"width": 1})
         began = time.monotonic()
-        assert await client.resume(handle.task_id) == "no-change"
+        assert await client.resume(handle.task_id) == "not-paused"
         assert await client.pause(handle.task_id) == "paused"
-        assert await client.pause(handle.task_id) == "no-change"
+        assert await client.pause(handle.task_id) == "already-paused"
         assert await client.resume(handle.task_id) == "resumed"
         assert await client.stop(handle.task_id) == "stopped"
         assert time.monotonic() - began < 2, "a compare-and-set each, no command to wait for"

@@ -203,3 +203,37 @@ def test_wait_for_a_task_still_running_exits_4_and_result_does_not_wait(
     assert waited.returncode == 4 and waited.stdout.strip().startswith(f"{task_id} pending:")
     result = cli("result", task_id, url=url, namespace=namespace)
     assert result.returncode == 4 and json.loads(result.stdout)["status"] == "pending"
+
+
+def test_wait_refuses_an_unknown_id_before_waiting_for_the_others(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    url = redis_proc.url
+    task_id = submit("echo", {"x": 1}, url, namespace)  # no worker: it would wait forever
+    result = cli("wait", task_id, "nope", url=url, namespace=namespace)
+    one_error_line(result, 1, "no task 'nope'")
+    assert result.stdout == ""
+
+
+def test_apps_that_cannot_run_are_one_error_line(
+    redis_proc: RedisProc, namespace: str, tmp_path: Path
+) -> None:
+    (tmp_path / "empty_app.py").write_text("from chongming_redis import App\napp = App('e')\n")
+    (tmp_path / "raising_app.py").write_text("raise RuntimeError('config missing')\n")
+    (tmp_path / "bare_app.py").write_text(
+        "from chongming_redis import App\napp = App('b')\n\n@app.task\n"
+        "def job(ctx, params):\n    return params\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
+    env.update(CHONGMING_REDIS_URL=redis_proc.url, CHONGMING_NAMESPACE=namespace,
+               PYTHONPATH=str(ROOT))  # fmt: skip
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "chongming_redis.cli", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+
+    for command in (("worker", "empty_app:app"), ("submit", "empty_app:app", "job")):
+        one_error_line(run(*command), 1, "has no tasks registered", "@app.task")
+    one_error_line(run("submit", "raising_app:app", "job"), 1,
+                   "importing 'raising_app' failed: RuntimeError: config missing")  # fmt: skip
+    assert len(ok(run("submit", "bare_app:app", "job")).split()) == 1  # @app.task, bare

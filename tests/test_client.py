@@ -62,6 +62,17 @@ def spin(ctx: TaskContext, params: Any) -> str:
     return "released"
 
 
+@app.task()
+def swallow_stop(ctx: TaskContext, params: Any) -> str:
+    """Catches the stop (a broad ``except Exception``) and returns a result anyway."""
+    try:
+        while True:
+            ctx.checkpoint()
+            time.sleep(0.005)
+    except Exception:
+        return "carried on"
+
+
 @pytest.fixture
 def client(redis_proc: RedisProc, namespace: str) -> Iterator[Client]:
     with Client.from_url(redis_proc.url, namespace=namespace, app=app) as made:
@@ -254,9 +265,9 @@ def test_pause_and_resume_of_a_running_task_report_their_outcomes(
 
 def test_control_of_a_task_nobody_holds_needs_no_worker(client: Client) -> None:
     handle = client.submit("resize", {"width": 1})
-    assert client.resume(handle.task_id) == "no-change"
+    assert client.resume(handle.task_id) == "not-paused"
     assert client.pause(handle.task_id) == "paused"
-    assert client.pause(handle.task_id) == "no-change"
+    assert client.pause(handle.task_id) == "already-paused"
     assert client.resume(handle.task_id) == "resumed"
     assert client.stop(handle.task_id) == "stopped"
     assert statuses(client, handle.task_id) == ["pending", "paused", "pending", "stopped"]
@@ -389,3 +400,64 @@ def test_submit_many_keeps_the_submission_order_and_shares_a_key(client: Client)
     assert [t.params["width"] for t in listed] == list(range(30))
     assert len({t.bucket for t in listed}) == 1 and {t.key for t in listed} == {"one-user"}
     assert all(t.not_before is not None for t in listed)
+
+
+def test_registration_takes_the_bare_decorator_and_refuses_what_would_fail_later() -> None:
+    import functools
+
+    other = App("registration")
+
+    @other.task
+    def bare(ctx: TaskContext, params: Any) -> int:
+        return 1
+
+    assert isinstance(bare, TaskFunction) and set(other.types) == {"bare"}
+    with pytest.raises(ValueError, match="already registered"):
+
+        @other.task(name="bare")
+        def again(ctx: TaskContext, params: Any) -> int:
+            return 2
+
+    assert other.types["bare"].fn is bare.fn  # the first one stays
+
+    def unresolvable() -> None:
+        class Local(BaseModel):
+            x: int
+
+        @other.task()
+        def uses_local(ctx: TaskContext, params: Local) -> None: ...
+
+    with pytest.raises(TypeError, match="cannot be resolved"):
+        unresolvable()
+
+    def plain_decorator(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:
+            return fn(*args)
+
+        return wrapper
+
+    @other.task()
+    @plain_decorator
+    async def wrapped(ctx: TaskContext, params: Any) -> int:
+        return 3
+
+    assert other.types["wrapped"].is_async
+
+
+def test_a_client_with_an_app_of_no_tasks_refuses_every_name(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    with Client.from_url(redis_proc.url, namespace=namespace, app=App("empty")) as empty:
+        with pytest.raises(UnknownTask, match="none registered"):
+            empty.submit("anything")
+        assert empty.list() == []
+
+
+def test_a_stop_the_task_never_honours_is_answered_with_how_it_ended(
+    client: Client, worker: Controller
+) -> None:
+    handle = client.submit("swallow_stop")
+    wait_for(lambda: client.get(handle.task_id).status is TaskStatus.RUNNING, "the start")  # type: ignore[union-attr]
+    assert handle.stop(timeout=20) == "succeeded"
+    assert handle.wait(timeout=5) == "carried on"

@@ -20,7 +20,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -64,7 +64,8 @@ class TaskType:
     @property
     def is_async(self) -> bool:
         """An ``async def`` task: run on the worker's event loop, not in a thread."""
-        return inspect.iscoroutinefunction(self.fn)
+        # Unwrapped: a plain decorator around an async function still returns a coroutine.
+        return inspect.iscoroutinefunction(inspect.unwrap(self.fn))
 
     def load(self, stored: Any) -> Any:
         """The stored parameters as the function receives them."""
@@ -78,13 +79,25 @@ class App:
         self.name = check_identifier(name, "app name")
         self.types: dict[str, TaskType] = {}
 
+    @overload
+    def task(self, name: Callable[..., R], /) -> TaskFunction[R]: ...
+
+    @overload
     def task(
         self,
         name: str | None = None,
         *,
         params: type[BaseModel] | None = None,
         isolation: str = "thread",
-    ) -> Callable[[Callable[..., R]], TaskFunction[R]]:
+    ) -> Callable[[Callable[..., R]], TaskFunction[R]]: ...
+
+    def task(
+        self,
+        name: str | Callable[..., R] | None = None,
+        *,
+        params: type[BaseModel] | None = None,
+        isolation: str = "thread",
+    ) -> TaskFunction[R] | Callable[[Callable[..., R]], TaskFunction[R]]:
         """Register ``fn(ctx, params)`` under ``name`` (default: the function's name). With a
         pydantic model (``params=`` or the annotation of the second argument), submitted
         parameters are validated and the function receives a model instance.
@@ -92,7 +105,11 @@ class App:
         ``isolation="process"`` runs each execution in a child process (CPU-heavy work; stop
         and pause then work without the task's cooperation: see ``runtime/isolation.py``).
         ``fn`` may be ``async def`` (it runs on the worker's event loop). Its signature is
-        checked now: it must accept ``(ctx, params)`` (``TypeError`` otherwise)."""
+        checked now: it must accept ``(ctx, params)`` (``TypeError`` otherwise). ``@app.task``
+        without parentheses registers the function under its own name. A name registered twice
+        is refused (``ValueError``): the second would silently replace the first."""
+        if callable(name):  # @app.task, without parentheses
+            return self.task()(name)
         if isolation not in ("thread", "process"):
             raise ValueError(f"isolation must be 'thread' or 'process', not {isolation!r}")
 
@@ -103,7 +120,11 @@ class App:
             _check_signature(fn, task_name)
             if isolation == "process" and inspect.iscoroutinefunction(fn):
                 raise ValueError(f"task {task_name!r}: an async task cannot run in a process")
-            model = params or _annotated_model(fn)
+            existing = self.types.get(task_name)
+            if existing is not None and existing.fn is not fn:
+                raise ValueError(f"task {task_name!r} is already registered on app "
+                                 f"{self.name!r} (by {_where(existing.fn)})")  # fmt: skip
+            model = params or _annotated_model(fn, task_name)
             task_type = TaskType(task_name, fn, model, isolation)
             self.types[task_name] = task_type
             return TaskFunction(task_type)
@@ -180,11 +201,18 @@ def _check_signature(fn: Callable[..., Any], task_name: str) -> None:
         ) from None
 
 
-def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
-    """The pydantic model of ``fn``'s second parameter, if it is annotated with one."""
+def _annotated_model(fn: Callable[..., Any], task_name: str) -> type[BaseModel] | None:
+    """The pydantic model of ``fn``'s second parameter, if it is annotated with one. An
+    annotation that cannot be resolved is refused now (``TypeError``): taken for "no model",
+    the task would get unvalidated dictionaries."""
     try:
         parameters = list(inspect.signature(fn, eval_str=True).parameters.values())
-    except (NameError, TypeError, ValueError):
+    except NameError as exc:
+        raise TypeError(
+            f"task {task_name!r}: the annotations of {_where(fn)} cannot be resolved ({exc}); "
+            "define the model at module level or pass it as params="
+        ) from None
+    except (TypeError, ValueError):
         return None
     if len(parameters) < 2:
         return None
@@ -192,3 +220,7 @@ def _annotated_model(fn: Callable[..., Any]) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return None
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"

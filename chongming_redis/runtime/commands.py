@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.held import Held, advance, holder
-from chongming_redis.runtime.submission import unheld_target
+from chongming_redis.runtime.submission import unchanged, unheld_target
 from chongming_redis.runtime.writer import TaskWriter
 
 
@@ -53,7 +53,11 @@ class CommandHandler:
         elif snapshot.status.is_terminal:
             self.writer.complete(command.command_id, now, "already-terminal")
         elif holder(snapshot) is None:
-            self.writer.complete(command.command_id, now, self.control_unheld(snapshot, command))
+            outcome = self.control_unheld(snapshot, command)
+            if outcome == "conflict-retry":  # it changed meanwhile: judged again at once
+                self.store.release_command(command.command_id, now=now)
+            else:
+                self.writer.complete(command.command_id, now, outcome)
         else:  # held by another process: hand it back at once so the holder can claim it
             self.store.release_command(command.command_id, now=now)
 
@@ -62,7 +66,7 @@ class CommandHandler:
         or handed back paused)."""
         target = unheld_target(snapshot, command.kind)
         if target is None:
-            return "no-change"
+            return unchanged(snapshot, command.kind)
         now = self.writer.clock.now()
         reason = f"{command.kind.value} by {command.issued_by or '?'}"
         if not self.writer.move(snapshot, advance(snapshot, target, now), reason):

@@ -247,8 +247,7 @@ class Runner:
         answered), not when a slot frees up. False when its function has begun."""
         if not self.claim_unbegun(held):
             return False
-        self.finish(held, TaskStatus.STOPPED, reason="stopped before it began",
-                    outcome="stopped", write_now=True)  # fmt: skip
+        self.finish(held, TaskStatus.STOPPED, reason="stopped before it began", write_now=True)
         return True
 
     def release_unbegun(self, held: Held) -> bool:
@@ -288,7 +287,7 @@ class Runner:
             self._lost(held, ctx.lost_reason or str(exc), started)
         elif isinstance(exc, TaskStopped) and _ours(exc, ctx, ctx.stop_requested):
             _log_ended(held, logging.INFO, "stopped", started)
-            self.finish(held, TaskStatus.STOPPED, reason="stop requested", outcome="stopped")
+            self.finish(held, TaskStatus.STOPPED, reason="stop requested")
         elif isinstance(exc, ChildFailed):
             failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
             self._fail(held, failure, started)
@@ -315,8 +314,7 @@ class Runner:
             return
         _log_ended(held, logging.INFO, "succeeded", started)
         # failure=None: a retried task that now succeeds no longer shows the earlier failure
-        self.finish(held, TaskStatus.SUCCEEDED, result=result, failure=None,
-                    outcome="already-terminal")  # fmt: skip
+        self.finish(held, TaskStatus.SUCCEEDED, result=result, failure=None)  # fmt: skip
 
     def _lost(self, held: Held, why: str, started: float) -> None:
         """A task this process lost: nothing more is written, its result is discarded."""
@@ -329,20 +327,22 @@ class Runner:
         retry = self.writer.retry
         if retry.retry_failures and retry.allows(held.snapshot.attempt):
             # Written now, not by the group committer: the retry needs the stored version.
-            self.finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal",
+            self.finish(held, TaskStatus.FAILED, failure=failure,
                         write_now=True)  # fmt: skip
             snapshot = held.stored()
             if snapshot is not None:
                 self.writer.queue_retry(snapshot, "failed")
             return
-        self.finish(held, TaskStatus.FAILED, failure=failure, outcome="already-terminal")
+        self.finish(held, TaskStatus.FAILED, failure=failure)
 
     def finish(self, held: Held, status: TaskStatus, *, reason: str | None = None,
-               outcome: str, write_now: bool = False, **changes: Any) -> None:  # fmt: skip
-        """Record how a task ended; the group committer writes it (or now, ``write_now``)."""
+               write_now: bool = False, **changes: Any) -> None:  # fmt: skip
+        """Record how a task ended; the group committer writes it (or now, ``write_now``). A
+        stop command that waited for it is answered with how it ended: ``stopped``, or
+        ``succeeded``/``failed`` for a task that finished without honouring the stop."""
         self.writer.transition(held, status, reason, **changes)
         held.done = True
-        held.final_outcome = "stopped" if status is TaskStatus.STOPPED else outcome
+        held.final_outcome = status.value
         if self.group_commit and not write_now:  # many finished tasks per round trip
             held.queued = True
             self.commits.put(held)

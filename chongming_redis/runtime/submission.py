@@ -43,7 +43,7 @@ def resolve(app: App | None, task: str | TaskType) -> tuple[str, TaskType | None
         return task.name, task
     if not isinstance(task, str):
         raise TypeError(f"task must be a task name or a registered task, not {type(task).__name__}")
-    if app is not None and app.types:
+    if app is not None:  # an app with no tasks knows no name: refused, not unchecked
         return task, app.get(task)
     return task, None
 
@@ -98,6 +98,16 @@ def unheld_target(snapshot: TaskSnapshot, kind: CommandKind) -> TaskStatus | Non
     if kind is CommandKind.PAUSE:
         return TaskStatus.PAUSED if snapshot.status is TaskStatus.PENDING else None
     return TaskStatus.PENDING if snapshot.status is TaskStatus.PAUSED else None
+
+
+def unchanged(snapshot: TaskSnapshot, kind: CommandKind) -> str:
+    """The outcome of a control that changes nothing (``unheld_target`` is ``None``): the
+    same words a holder answers with (``already-paused``, ``not-paused``)."""
+    if kind is CommandKind.PAUSE and snapshot.status is TaskStatus.PAUSED:
+        return "already-paused"
+    if kind is CommandKind.RESUME and snapshot.status is not TaskStatus.PAUSED:
+        return "not-paused"
+    return "no-change"
 
 
 def is_unheld(snapshot: TaskSnapshot) -> bool:

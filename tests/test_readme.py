@@ -125,3 +125,31 @@ def test_the_async_example_submits_from_a_coroutine_and_a_worker_runs_it(
         finally:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
+
+
+def test_the_cli_transcript_is_what_the_cli_prints(app_dir: tuple[Path, str]) -> None:
+    """Each ``$`` line of the README's transcript, run in a shell next to the quick start's
+    worker, prints the lines shown under it (the id is the one submitted; latencies vary)."""
+    where, url = app_dir
+    transcript = re.search(r"```text\n(\$ chongming-redis submit.*?)```", README, re.S)
+    assert transcript is not None
+    steps: list[tuple[str, list[str]]] = []
+    for line in transcript.group(1).splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            steps[-1][1].append(line)
+    shown_id = steps[0][1][0]
+    real_id = ""
+    for command, expected in steps:
+        env = env_for(url)  # the console script of this interpreter's environment
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        result = subprocess.run(["bash", "-c", command.replace(shown_id, real_id or shown_id)],
+                                cwd=where, env=env, capture_output=True, text=True,
+                                timeout=60)  # fmt: skip
+        out = result.stdout.splitlines()
+        if not real_id:
+            real_id = out[0]
+        wanted = [e.replace(shown_id, real_id) for e in expected]
+        got = [re.sub(r"after \d+ ms", "after N ms", o) for o in out]
+        assert got == [re.sub(r"after \d+ ms", "after N ms", w) for w in wanted], command

@@ -37,6 +37,7 @@ from chongming_redis.client_flows import (
     SubmitCommand,
     TaskNotFinished,
     TaskNotFound,
+    TaskTypes,
     adrive,
     query_of,
 )
@@ -239,6 +240,8 @@ class AsyncClient(ClientFlows):
                 return await self.store.submit_command(command)
             case RecordedBuckets():
                 return await self.store.recorded_num_buckets()
+            case TaskTypes():
+                return await self.store.task_types()
             case Nudge(topic):
                 # The store's create and commit scripts publish the work nudge themselves.
                 return None if topic == WORK else await self.store.publish(topic)

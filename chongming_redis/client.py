@@ -35,6 +35,7 @@ from chongming_redis.client_flows import (
     SubmitCommand,
     TaskNotFinished,
     TaskNotFound,
+    TaskTypes,
     drive,
     query_of,
 )
@@ -254,6 +255,8 @@ class Client(ClientFlows):
                 return self.store.submit_command(command)
             case RecordedBuckets():
                 return self.adapter.recorded_num_buckets()
+            case TaskTypes():
+                return self.adapter.task_types()
             case Nudge(topic):
                 return self._nudge(topic)
         raise TypeError(f"not an effect: {effect!r}")

@@ -21,11 +21,25 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from chongming_redis.client_effects import (
+    Commit,
+    Effect,
+    Flow,
+    GetCommand,
+    GetTask,
+    Now,
+    Nudge,
+    RecordedBuckets,
+    Sleep,
+    SubmitCommand,
+    TaskTypes,
+    adrive,
+    drive,
+)
 from chongming_redis.errors import StoreError
 from chongming_redis.model import (
     Command,
@@ -36,14 +50,17 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.runtime import submission
-from chongming_redis.runtime.app import App, TaskType
+from chongming_redis.runtime.app import App, TaskType, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance
 from chongming_redis.runtime.notify import WORK
-from chongming_redis.stores.extensions import CommitItem
 from chongming_redis.validation import check_identifier
 
-__all__ = ["CommandTimeout", "TaskNotFinished", "TaskNotFound"]
+__all__ = [
+    "ClientFlows", "CommandTimeout", "Commit", "Effect", "Flow", "GetCommand", "GetTask", "Now",
+    "Nudge", "RecordedBuckets", "Sleep", "SubmitCommand", "TaskNotFinished", "TaskNotFound",
+    "TaskTypes", "adrive", "drive",
+]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -88,88 +105,6 @@ class CommandTimeout(TimeoutError):
         )
 
 
-# -- effects: what a flow asks its client to do, and what it is sent back ----------------------
-
-
-@dataclass(frozen=True)
-class Now:
-    """The store's clock (``ServerClock``): a ``datetime``."""
-
-
-@dataclass(frozen=True)
-class Sleep:
-    """Wait ``seconds``: ``None``."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class GetTask:
-    """The task as stored, or ``None``."""
-
-    task_id: str
-
-
-@dataclass(frozen=True)
-class Commit:
-    """``commit_tasks`` of ``items`` (history best effort): per item ``None`` or the conflict."""
-
-    items: Sequence[CommitItem]
-
-
-@dataclass(frozen=True)
-class SubmitCommand:
-    """Store and queue ``command``: ``None``."""
-
-    command: Command
-
-
-@dataclass(frozen=True)
-class GetCommand:
-    """The command as stored, or ``None``."""
-
-    command_id: str
-
-
-@dataclass(frozen=True)
-class RecordedBuckets:
-    """The namespace's recorded ``num_buckets``, or ``None``."""
-
-
-@dataclass(frozen=True)
-class Nudge:
-    """Wake the holder ``topic`` (or idle workers, ``WORK``) now: ``None``."""
-
-    topic: str
-
-
-Effect = Now | Sleep | GetTask | Commit | SubmitCommand | GetCommand | RecordedBuckets | Nudge
-Flow = Generator[Effect, Any, T]
-
-
-def drive(flow: Flow[T], perform: Callable[[Effect], Any]) -> T:
-    """Run ``flow``, performing each effect with ``perform``."""
-    result: Any = None
-    while True:
-        try:
-            effect = flow.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        result = perform(effect)
-
-
-async def adrive(flow: Flow[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
-    """``drive`` with an asynchronous ``perform``. Cancelling it between effects (its only
-    ``await``) leaves nothing behind: a flow holds no resource."""
-    result: Any = None
-    while True:
-        try:
-            effect = flow.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        result = await perform(effect)
-
-
 # -- the flows ---------------------------------------------------------------------------------
 
 
@@ -185,11 +120,27 @@ class ClientFlows:
                                      "name")  # fmt: skip
         self._num_buckets = None if num_buckets is None else BucketPolicy(num_buckets).num_buckets
         self._buckets: BucketPolicy | None = None
+        self._known_types: frozenset[str] = frozenset()
 
     @property
     def _reads_commands(self) -> bool:
         """Whether the store reads a command back (else a control cannot wait for it)."""
         return True
+
+    def _resolve_flow(self, task: str | TaskType) -> Flow[tuple[str, TaskType | None]]:
+        """The task's name and type. Without an app, a name is checked against the names the
+        namespace's workers recorded (``TaskTypesStore``): a name none of them runs would
+        wait forever. Parameters are validated only with an app (or a typed handle)."""
+        name, task_type = submission.resolve(self.app, task)
+        if task_type is None and name not in self._known_types:
+            known: frozenset[str] | None = yield TaskTypes()
+            self._known_types = known or frozenset()
+            if known and name not in known:
+                raise UnknownTask(
+                    f"unknown task type {name!r} (the namespace's workers run: "
+                    f"{', '.join(sorted(known))}); give the client app= to validate parameters too"
+                )
+        return name, task_type
 
     def _submit_flow(
         self,
@@ -204,7 +155,7 @@ class ClientFlows:
         not_before: datetime | None,
     ) -> Flow[str]:
         """The new task's id."""
-        name, task_type = submission.resolve(self.app, task)
+        name, task_type = yield from self._resolve_flow(task)
         now: datetime = yield Now()
         spec = submission.NewTask(name, params, key=key, tags=tags, task_id=task_id,
                                   pipeline_run_id=pipeline_run_id,
@@ -230,7 +181,7 @@ class ClientFlows:
     ) -> Flow[list[str]]:
         """The new tasks' ids; every parameter set is validated before anything is written.
         ``key``: every task's bucket key (one bucket for all; default: each task's id)."""
-        name, task_type = submission.resolve(self.app, task)
+        name, task_type = yield from self._resolve_flow(task)
         now: datetime = yield Now()
         when = not_before_of(now, delay, None)
         buckets, tag_set = (yield from self._bucket_policy_flow()), frozenset(tags)

@@ -13,7 +13,7 @@ them, so a failure on a subclass is the one hook it changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -32,6 +32,7 @@ EXPECTED = frozenset(
         "ServerClockStore",
         "BucketCountingStore",
         "CommandReadingStore",
+        "TaskTypesStore",
     }
 )
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED
@@ -854,6 +855,27 @@ class GetCommandWorksAfterClose(InMemoryTaskStore):
             self._closed = closed
 
 
+class TaskTypesReplaceInsteadOfAdd(InMemoryTaskStore):
+    """A second worker's names replace the first's."""
+
+    def record_task_types(self, names: Collection[str]) -> None:
+        if names:
+            self._types.clear()
+        super().record_task_types(names)
+
+
+class TaskTypesKeepAHalfRefusedCall(InMemoryTaskStore):
+    """Names before a bad one are recorded."""
+
+    def record_task_types(self, names: Collection[str]) -> None:
+        if isinstance(names, list):
+            for name in names:
+                if not isinstance(name, str) or not name:
+                    break
+                self._types.add(name)
+        super().record_task_types(names)
+
+
 FENCE_APPLIES = "test_a_fenced_touch_applies_on_its_version_and_never_bumps_it"
 FENCE_REFUSES = "test_a_fenced_touch_on_another_version_or_missing_task_writes_nothing"
 FENCE_ONLY = "test_a_fenced_touch_checks_nothing_but_the_version"
@@ -924,6 +946,8 @@ CAUGHT_BY: dict[str, str] = {
     "GetCommandLeasesIt": READS_COMMANDS,
     "GetCommandDropsTheOutcome": READS_COMMANDS,
     "GetCommandWorksAfterClose": READS_REFUSE,
+    "TaskTypesReplaceInsteadOfAdd": "test_task_types_are_a_union_of_what_workers_recorded",
+    "TaskTypesKeepAHalfRefusedCall": "test_task_types_refuse_bad_names_whole_and_a_closed_store",
 }
 
 #: Every broken store of this module, by class name.

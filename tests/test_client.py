@@ -461,3 +461,13 @@ def test_a_stop_the_task_never_honours_is_answered_with_how_it_ended(
     wait_for(lambda: client.get(handle.task_id).status is TaskStatus.RUNNING, "the start")  # type: ignore[union-attr]
     assert handle.stop(timeout=20) == "succeeded"
     assert handle.wait(timeout=5) == "carried on"
+
+
+def test_without_an_app_a_name_no_worker_runs_is_refused_once_workers_recorded_theirs(
+    redis_proc: RedisProc, namespace: str, worker: Controller
+) -> None:
+    with Client.from_url(redis_proc.url, namespace=namespace) as bare:
+        with pytest.raises(UnknownTask, match="'resiz'.*workers run: .*resize"):
+            bare.submit("resiz", {"width": 1})
+        assert bare.stats()[TaskStatus.PENDING] == 0  # nothing written
+        assert bare.submit("resize", {"width": 4}).wait(timeout=10) == {"width": 8}

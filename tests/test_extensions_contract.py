@@ -25,6 +25,7 @@ MEMORY = frozenset(
         "ServerClockStore",
         "BucketCountingStore",
         "CommandReadingStore",
+        "TaskTypesStore",
     }
 )
 REDIS = MEMORY | {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore"}

@@ -44,6 +44,7 @@ BUILT_IN = {
     "ServerClockStore",
     "BucketCountingStore",
     "CommandReadingStore",
+    "TaskTypesStore",
 }
 
 

@@ -267,6 +267,7 @@ class Controller:
         if self._running.is_set():
             return
         self.clock.sync()
+        self.adapter.record_task_types(list(self.app.types))
         self.notifier.subscribe(self.owner, self._wake_commands)
         self.notifier.subscribe(WORK, self._wake_starter)
         self.notifier.subscribe(WORK, self._wake_commands)

@@ -36,6 +36,7 @@ from chongming_redis.stores.extensions import (
     NudgeStore,
     RecordedBucketsStore,
     ServerClockStore,
+    TaskTypesStore,
     extensions_of,
 )
 from chongming_redis.stores.protocol import TaskStore
@@ -65,6 +66,7 @@ class StoreAdapter:
         self._counting = store if isinstance(store, BucketCountingStore) else None
         self._commands = store if isinstance(store, CommandReadingStore) else None
         self._buckets = store if isinstance(store, RecordedBucketsStore) else None
+        self._types = store if isinstance(store, TaskTypesStore) else None
         #: The store as a ``BucketPoolStore``, or ``None``: ``join_pool`` needs one.
         self.pool: BucketPoolStore | None = store if isinstance(store, BucketPoolStore) else None
         #: The store as a ``NudgeStore`` (Redis pub/sub nudges), or ``None``: nudges stay local.
@@ -254,3 +256,17 @@ class StoreAdapter:
         """The bucket count the namespace's workers recorded (``None``: none recorded, or
         the store does not record it)."""
         return None if self._buckets is None else self._buckets.recorded_num_buckets()
+
+    def record_task_types(self, names: Collection[str]) -> None:
+        """Tell producers which task types this worker runs (best effort: a producer that
+        cannot check a name only loses that check)."""
+        if self._types is None or not names:
+            return
+        try:
+            self._types.record_task_types(names)
+        except StoreError as exc:
+            log.warning("%s: task types not recorded: %s", self.owner, exc)
+
+    def task_types(self) -> frozenset[str] | None:
+        """The names the namespace's workers recorded; ``None`` without the extension."""
+        return None if self._types is None else self._types.task_types()

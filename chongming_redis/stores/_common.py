@@ -3,6 +3,7 @@ the same input with the same exception and message (store guide §1)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, Transition
@@ -142,3 +143,10 @@ def check_start(
     wanted = [check_int(b, "bucket", maximum=2**31 - 1) for b in buckets]  # type: ignore[attr-defined]
     types = [check_identifier(n, "name") for n in names]  # type: ignore[attr-defined]
     return sorted(set(wanted)), sorted(set(types))
+
+
+def check_task_type_names(names: Collection[str]) -> frozenset[str]:
+    """``TaskTypesStore.record_task_types``' argument: a collection of task type names."""
+    if isinstance(names, str | bytes) or not isinstance(names, Collection):
+        raise TypeError(f"names must be a collection of str, not {type(names).__name__}")
+    return frozenset(check_identifier(name, "task type name") for name in names)

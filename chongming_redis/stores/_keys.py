@@ -120,6 +120,7 @@ class Keys:
         self.bucket_owner = self.root + "bucket-owner"
         self.bucket_until = self.root + "bucket-until"
         self.meta = self.root + "meta"
+        self.types = self.root + "types"
         self.audit = self.root + "audit"
         self.feed = self.root + "feed"
         self.feed_chunks = self.root + "fcs"

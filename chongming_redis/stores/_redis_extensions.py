@@ -6,7 +6,7 @@ script or read. A mixin: ``RedisTaskStore`` provides the script calls and decode
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -130,6 +130,14 @@ class RedisExtensions:
     def recorded_num_buckets(self) -> int | None:
         """``RecordedBucketsStore``: the ``num_buckets`` the first worker recorded."""
         return self._perform(ops.recorded_num_buckets(self.keys))
+
+    def record_task_types(self, names: Collection[str]) -> None:
+        """``TaskTypesStore``: add the names a worker runs to ``{ns}:types``."""
+        self._perform(ops.record_task_types(self.keys, names))
+
+    def task_types(self) -> frozenset[str]:
+        """``TaskTypesStore``: every task type name the namespace's workers recorded."""
+        return self._perform(ops.task_types(self.keys))
 
     def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
         """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""

@@ -20,7 +20,7 @@ names (the same name on both clients, so the same reply parsing).
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -274,6 +274,21 @@ def recorded_num_buckets(keys: Keys) -> Plan[int | None]:
         return int(raw)
     except ValueError:
         raise CorruptRecord(key, "num_buckets", f"{raw!r} is not a count") from None
+
+
+def record_task_types(keys: Keys, names: Collection[str]) -> Plan[None]:
+    """``TaskTypesStore.record_task_types``: one ``SADD`` (a union with what is recorded)."""
+    checked = check.check_task_type_names(names)
+    if checked:
+        yield Read(keys.types, "sadd", (keys.types, *sorted(checked)))
+
+
+def task_types(keys: Keys) -> Plan[frozenset[str]]:
+    members = yield Read(keys.types, "smembers", (keys.types,))
+    try:
+        return frozenset(m.decode("utf-8") for m in members)
+    except UnicodeDecodeError as exc:
+        raise CorruptRecord(keys.types, None, f"a member is not UTF-8: {exc}") from None
 
 
 def server_time(keys: Keys) -> Plan[datetime]:

@@ -14,7 +14,7 @@ Like the protocol methods, every extension method refuses bad arguments with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -186,6 +186,22 @@ class RecordedBucketsStore(Protocol):
         ...
 
 
+@runtime_checkable
+class TaskTypesStore(Protocol):
+    """The task type names the namespace's workers run, so a producer without the app
+    refuses a misspelt name instead of leaving a task no worker will ever start."""
+
+    def record_task_types(self, names: Collection[str]) -> None:
+        """Add ``names`` to the namespace's set (a union: workers of several apps may share a
+        namespace); an empty collection writes nothing. Names are task type names
+        (``ValueError``/``TypeError`` for anything else, before any write)."""
+        ...
+
+    def task_types(self) -> frozenset[str]:
+        """Every name recorded so far (empty: no worker recorded any)."""
+        ...
+
+
 #: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
 EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "BatchingStore": ("commit_tasks", "start_tasks"),
@@ -196,6 +212,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "NudgeStore": ("client", "namespace", "publishes_work"),
     "CommandReadingStore": ("get_command",),
     "RecordedBucketsStore": ("recorded_num_buckets",),
+    "TaskTypesStore": ("record_task_types", "task_types"),
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -207,6 +224,7 @@ EXTENSIONS: dict[str, type] = {
     "NudgeStore": NudgeStore,
     "CommandReadingStore": CommandReadingStore,
     "RecordedBucketsStore": RecordedBucketsStore,
+    "TaskTypesStore": TaskTypesStore,
 }
 
 

@@ -12,7 +12,7 @@ here too. Single process only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -60,6 +60,7 @@ class InMemoryTaskStore:
         self._tasks: dict[str, Row] = {}
         self._history: dict[str, dict[int, Row]] = {}
         self._commands: dict[str, Row] = {}
+        self._types: set[str] = set()
         self._feed = MemoryFeed()
 
     # -- task snapshots --------------------------------------------------------------------
@@ -273,6 +274,16 @@ class InMemoryTaskStore:
             if command.command_id in self._commands:
                 raise CommandAlreadyExists(command.command_id)
             self._commands[command.command_id] = row
+
+    def record_task_types(self, names: Collection[str]) -> None:
+        """``TaskTypesStore``: add the names to the recorded set."""
+        checked = check.check_task_type_names(names)
+        with self._open():
+            self._types |= checked
+
+    def task_types(self) -> frozenset[str]:
+        with self._open():
+            return frozenset(self._types)
 
     def get_command(self, command_id: str) -> Command | None:
         """``CommandReadingStore``: the command as stored, or ``None``."""

@@ -125,6 +125,9 @@ class AsyncRedisStore:
     async def recorded_num_buckets(self) -> int | None:
         return await self._perform(ops.recorded_num_buckets(self.keys))
 
+    async def task_types(self) -> frozenset[str]:
+        return await self._perform(ops.task_types(self.keys))
+
     async def server_time(self) -> datetime:
         return await self._perform(ops.server_time(self.keys))
 

@@ -1,6 +1,7 @@
-"""The contract of the two reads a producer makes (``CommandReadingStore.get_command``,
-``RecordedBucketsStore.recorded_num_buckets``): mixed into ``ExtensionsContract``. Each test
-returns at once when the store does not implement the extension it checks."""
+"""The contract of what a producer reads (``CommandReadingStore.get_command``,
+``RecordedBucketsStore.recorded_num_buckets``, ``TaskTypesStore``): mixed into
+``ExtensionsContract``. Each test returns at once when the store does not implement the
+extension it checks."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from chongming_redis.stores.extensions import (
     BucketPoolStore,
     CommandReadingStore,
     RecordedBucketsStore,
+    TaskTypesStore,
 )
 from chongming_redis.testing.contract.support import T0, ContractBase, at, raises
 
@@ -64,3 +66,25 @@ class ProducerReadsContract(ContractBase):
             assert self.store.recorded_num_buckets() == 8
         self.close_store()
         raises(StoreClosed, self.store.recorded_num_buckets)
+
+    def test_task_types_are_a_union_of_what_workers_recorded(self) -> None:
+        if not isinstance(self.store, TaskTypesStore):
+            return
+        assert self.store.task_types() == frozenset()  # nobody recorded any
+        self.store.record_task_types(["resize", "crop"])
+        self.store.record_task_types(["resize"])  # a second worker of the same app
+        self.store.record_task_types({"mail"})  # a worker of another app
+        self.store.record_task_types([])  # nothing: writes nothing
+        assert self.store.task_types() == frozenset({"resize", "crop", "mail"})
+        assert self.store.task_types() == frozenset({"resize", "crop", "mail"})  # a read twice
+
+    def test_task_types_refuse_bad_names_whole_and_a_closed_store(self) -> None:
+        if not isinstance(self.store, TaskTypesStore):
+            return
+        raises(TypeError, self.store.record_task_types, "resize")  # a str is not a collection
+        raises(ValueError, self.store.record_task_types, ["fine", ""])
+        raises(TypeError, self.store.record_task_types, ["fine", 7])
+        assert self.store.task_types() == frozenset()  # nothing of a refused call
+        self.close_store()
+        raises(StoreClosed, self.store.record_task_types, ["resize"])
+        raises(StoreClosed, self.store.task_types)

@@ -467,7 +467,7 @@ def test_without_an_app_a_name_no_worker_runs_is_refused_once_workers_recorded_t
     redis_proc: RedisProc, namespace: str, worker: Controller
 ) -> None:
     with Client.from_url(redis_proc.url, namespace=namespace) as bare:
-        with pytest.raises(UnknownTask, match="'resiz'.*workers run: .*resize"):
+        with pytest.raises(UnknownTask, match=r"'resiz'.*workers run: .*resize"):
             bare.submit("resiz", {"width": 1})
         assert bare.stats()[TaskStatus.PENDING] == 0  # nothing written
         assert bare.submit("resize", {"width": 4}).wait(timeout=10) == {"width": 8}

@@ -46,7 +46,6 @@ from chongming_redis.model import (
     CommandKind,
     TaskQuery,
     TaskSnapshot,
-    TaskStatus,
     Transition,
 )
 from chongming_redis.runtime import submission
@@ -209,23 +208,16 @@ class ClientFlows:
         check_identifier(task_id, "task_id")
         deadline = deadline_of(timeout)
         began = time.monotonic()
-        ended_at: float | None = None  # when it was first read FAILED / LOST
         for attempt in itertools.count():
             snapshot: TaskSnapshot | None = yield GetTask(task_id)
             if snapshot is None:
                 raise TaskNotFound(task_id)
-            now = time.monotonic()
-            if snapshot.status in (TaskStatus.SUCCEEDED, TaskStatus.STOPPED):
+            # Final as read: a retried task goes from FAILED / LOST to its next attempt in the
+            # same write (TaskWriter.end_and_retry, Runner.finish), never through a read.
+            if snapshot.status.is_terminal:
                 return submission.outcome(snapshot)
-            if snapshot.status in (TaskStatus.FAILED, TaskStatus.LOST):
-                ended_at = now if ended_at is None else ended_at
-                if now - ended_at >= submission.RETRY_GRACE:  # no new attempt came
-                    return submission.outcome(snapshot)
-            else:
-                ended_at = None
+            now = time.monotonic()
             if now >= deadline:
-                if snapshot.status.is_terminal:
-                    return submission.outcome(snapshot)
                 raise TaskNotFinished(snapshot, now - began)
             yield Sleep(min(submission.backoff(attempt), max(0.0, deadline - now)))
         raise AssertionError("unreachable")

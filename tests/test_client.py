@@ -471,3 +471,42 @@ def test_without_an_app_a_name_no_worker_runs_is_refused_once_workers_recorded_t
             bare.submit("resiz", {"width": 1})
         assert bare.stats()[TaskStatus.PENDING] == 0  # nothing written
         assert bare.submit("resize", {"width": 4}).wait(timeout=10) == {"width": 8}
+
+
+@app.task()
+def flaky(ctx: TaskContext, params: Any) -> str:
+    if ctx.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return f"attempt {ctx.attempt}"
+
+
+def test_wait_sees_through_a_retried_failure_to_the_next_attempts_result(
+    redis_proc: RedisProc, namespace: str, client: Client
+) -> None:
+    """The failure and the retry are one write: a waiter never reads FAILED in between."""
+    from chongming_redis.runtime.retry import RetryPolicy
+
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    written: list[TaskStatus] = []  # the state every commit of the worker leaves a task in
+    commit_tasks = store.commit_tasks
+
+    def recording(items: Any) -> Any:
+        written.extend(snapshot.status for snapshot, _, _ in items)
+        return commit_tasks(items)
+
+    store.commit_tasks = recording  # type: ignore[method-assign]
+    retrying = Controller(store, app=app, start_poll_interval=0.05,
+                          retry=RetryPolicy(max_attempts=2, base_delay=0.2, jitter=0.0,
+                                            retry_failures=True))  # fmt: skip
+    retrying.start()
+    try:
+        handles = [client.submit("flaky") for _ in range(5)]
+        assert [h.wait(timeout=20) for h in handles] == ["attempt 2"] * 5
+        for handle in handles:
+            assert statuses(client, handle.task_id) == [
+                "pending", "running", "failed", "pending", "running", "succeeded",
+            ]  # fmt: skip
+        assert TaskStatus.FAILED not in written and written.count(TaskStatus.SUCCEEDED) == 5
+    finally:
+        retrying.shutdown(grace=5)
+        store.close()

@@ -47,12 +47,13 @@ class Reconciler:
             reason = (
                 f"lease of {snapshot.lease_owner or 'nobody'} expired at {snapshot.lease_until}"
             )
-            if not writer.move(snapshot, lost, reason):
-                continue  # the holder (or another reconciler) moved it on first
-            report.lost.append(snapshot.task_id)
             again = (
                 TaskStatus.PAUSED if snapshot.status is TaskStatus.PAUSED else TaskStatus.PENDING
             )
-            if writer.queue_retry(lost, "lost", again):
+            moved, retried = writer.end_and_retry(snapshot, lost, reason, "lost", again)
+            if not moved:
+                continue  # the holder (or another reconciler) moved it on first
+            report.lost.append(snapshot.task_id)
+            if retried:
                 report.retried.append(snapshot.task_id)
         return report

@@ -324,23 +324,19 @@ class Runner:
     def _fail(self, held: Held, failure: Failure, started: float) -> None:
         _log_ended(held, logging.WARNING, "failed", started,
                    f"{failure.error_type}: {failure.message}")  # fmt: skip
-        retry = self.writer.retry
-        if retry.retry_failures and retry.allows(held.snapshot.attempt):
-            # Written now, not by the group committer: the retry needs the stored version.
-            self.finish(held, TaskStatus.FAILED, failure=failure,
-                        write_now=True)  # fmt: skip
-            snapshot = held.stored()
-            if snapshot is not None:
-                self.writer.queue_retry(snapshot, "failed")
-            return
-        self.finish(held, TaskStatus.FAILED, failure=failure)
+        # With retry_failures, the next attempt is written with the failure, in one write.
+        retry = "failed" if self.writer.retry.retry_failures else None
+        self.finish(held, TaskStatus.FAILED, failure=failure, retry_after=retry)
 
     def finish(self, held: Held, status: TaskStatus, *, reason: str | None = None,
-               write_now: bool = False, **changes: Any) -> None:  # fmt: skip
+               write_now: bool = False, retry_after: str | None = None,
+               **changes: Any) -> None:  # fmt: skip
         """Record how a task ended; the group committer writes it (or now, ``write_now``). A
         stop command that waited for it is answered with how it ended: ``stopped``, or
         ``succeeded``/``failed`` for a task that finished without honouring the stop."""
         self.writer.transition(held, status, reason, **changes)
+        if retry_after is not None:
+            self.writer.retry_transition(held, retry_after)
         held.done = True
         held.final_outcome = status.value
         if self.group_commit and not write_now:  # many finished tasks per round trip

@@ -114,11 +114,6 @@ def is_unheld(snapshot: TaskSnapshot) -> bool:
     return not snapshot.status.is_terminal and holder(snapshot) is None
 
 
-#: A task read ``LOST`` or ``FAILED`` may be about to get a new attempt (the reconciler and
-#: the runner write the retry right after): a waiter looks again this long before it reports.
-RETRY_GRACE = 0.5
-
-
 def finished(snapshot: TaskSnapshot) -> bool:
     return snapshot.status.is_terminal
 

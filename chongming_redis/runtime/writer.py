@@ -252,20 +252,43 @@ class TaskWriter:
         (conflict,) = self.adapter.commit([item], best_effort_history=True)
         return conflict is None
 
-    def queue_retry(
-        self, snapshot: TaskSnapshot, why: str, status: TaskStatus = TaskStatus.PENDING
-    ) -> bool:
-        """A new attempt of a finished or lost task, if the retry policy allows: ``PENDING``, or
-        ``PAUSED`` for a task that was paused when its holder died (it waits for a resume)."""
-        if not self.retry.allows(snapshot.attempt):
+    def end_and_retry(
+        self, snapshot: TaskSnapshot, ended: TaskSnapshot, reason: str, why: str,
+        again: TaskStatus = TaskStatus.PENDING,
+    ) -> tuple[bool, bool]:  # fmt: skip
+        """Move a task nobody here holds to ``ended`` (``LOST``) and, where the retry policy
+        allows, on to its next attempt (``again``: ``PENDING``, or ``PAUSED`` for a task that
+        was paused) — one compare-and-set with both history entries, so nobody ever reads the
+        end without the retry that follows it (a waiting producer takes ``LOST`` as final).
+        Returns ``(moved, retried)``; ``(False, False)`` on conflict."""
+        transitions = [Transition(snapshot.task_id, ended.status_version, snapshot.status,
+                                  ended.status, ended.updated_at, reason)]  # fmt: skip
+        final = ended
+        if self.retry.allows(ended.attempt):
+            delay, retry_reason = self._next_attempt(ended.attempt, why)
+            final = advance(ended, again, ended.updated_at, attempt=ended.attempt + 1,
+                            not_before=ended.updated_at + delay, progress=None)  # fmt: skip
+            transitions.append(Transition(snapshot.task_id, final.status_version, ended.status,
+                                          again, final.updated_at, retry_reason))  # fmt: skip
+        item = (final, snapshot.status_version, transitions)
+        (conflict,) = self.adapter.commit([item], best_effort_history=True)
+        return conflict is None, conflict is None and final is not ended
+
+    def retry_transition(self, held: Held, why: str) -> bool:
+        """After a held task's end (``FAILED``), its next attempt in the same write, if the
+        retry policy allows: ``PENDING`` after the backoff. Returns whether it was added."""
+        attempt = held.snapshot.attempt
+        if not self.retry.allows(attempt):
             return False
-        now = self.clock.now()
-        delay = self.retry.delay(snapshot.attempt)
-        retried = advance(snapshot, status, now, attempt=snapshot.attempt + 1,
-                          not_before=now + delay, progress=None)  # fmt: skip
-        attempt = f"{snapshot.attempt + 1}/{self.retry.max_attempts}"
-        reason = f"retry {attempt} after {why}, in {delay.total_seconds():.1f}s"
-        return self.move(snapshot, retried, reason)
+        delay, reason = self._next_attempt(attempt, why)
+        self.transition(held, TaskStatus.PENDING, reason, attempt=attempt + 1,
+                        not_before=self.clock.now() + delay, progress=None)  # fmt: skip
+        return True
+
+    def _next_attempt(self, attempt: int, why: str) -> tuple[timedelta, str]:
+        delay = self.retry.delay(attempt)
+        label = f"{attempt + 1}/{self.retry.max_attempts}"
+        return delay, f"retry {label} after {why}, in {delay.total_seconds():.1f}s"
 
     # -- commands --------------------------------------------------------------------------
 

@@ -116,6 +116,12 @@ def _number(value: float) -> str:
 # -- tasks --------------------------------------------------------------------------------------
 
 
+def holds(s: TaskSnapshot) -> bool:
+    """Whether a lease shown for the task means anything: a finished or waiting task keeps
+    the lease columns of its last attempt, which nobody holds any more."""
+    return s.status in (TaskStatus.RUNNING, TaskStatus.PAUSED)
+
+
 def tasks_table(found: Sequence[TaskSnapshot], *, title: str, now: datetime) -> Table:
     from rich.table import Table  # only the commands that print tables load it
 
@@ -135,7 +141,7 @@ def tasks_table(found: Sequence[TaskSnapshot], *, title: str, now: datetime) -> 
         table.add_row(
             Text(t.task_id), Text(t.name), status_text(t.status), progress_bar(t.progress),
             str(t.attempt), str(t.bucket), short_local(t.created_at, now),
-            Text(t.lease_owner or ""),
+            Text(t.lease_owner or "" if holds(t) else ""),
         )  # fmt: skip
     return table
 
@@ -179,7 +185,7 @@ def _fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:
         yield "progress", bar + Text(f"  {note}" if note else "")
     if s.heartbeat_at is not None:
         yield "heartbeat", labelled_time(s.heartbeat_at, now)
-    if s.lease_owner is not None or s.lease_until is not None:
+    if holds(s) and (s.lease_owner is not None or s.lease_until is not None):
         until = "" if s.lease_until is None else f" until {labelled_time(s.lease_until, now)}"
         yield "held by", Text(f"{s.lease_owner or '?'}{until}")
     yield "params", Text(_json_text(s.params))

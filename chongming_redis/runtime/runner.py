@@ -37,6 +37,7 @@ from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.context import TaskContext, TaskInterrupted, TaskLost, TaskStopped
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
+from chongming_redis.runtime.task_log import log_ended, log_started
 from chongming_redis.runtime.window import Window
 from chongming_redis.runtime.writer import TaskWriter
 from chongming_redis.stores.codec import encode_payload
@@ -44,7 +45,6 @@ from chongming_redis.stores.codec import encode_payload
 __all__ = ["Runner", "Window"]
 
 log = logging.getLogger("chongming_redis.runtime")
-task_log = logging.getLogger("chongming_redis.runtime.tasks")
 
 
 class Runner:
@@ -209,7 +209,7 @@ class Runner:
         loop. That thread is free at once: work items never outnumber held slots."""
         assert self._loop is not None
         started = time.monotonic()
-        _log_started(held)
+        log_started(held)
         future = self._loop.submit(held.ctx, task_type.fn,
                                    lambda: task_type.load(held.snapshot.params))  # fmt: skip
 
@@ -266,7 +266,7 @@ class Runner:
         record how it ended."""
         snapshot, ctx = held.snapshot, held.ctx
         task_type = self.app.types[snapshot.name]
-        _log_started(held)
+        log_started(held)
         try:
             ctx.gate()  # stopped or paused while it waited for this slot (prefetched)
             params = task_type.load(snapshot.params)
@@ -286,7 +286,7 @@ class Runner:
         if isinstance(exc, TaskLost) and _ours(exc, ctx, ctx.lost_reason is not None):
             self._lost(held, ctx.lost_reason or str(exc), started)
         elif isinstance(exc, TaskStopped) and _ours(exc, ctx, ctx.stop_requested):
-            _log_ended(held, logging.INFO, "stopped", started)
+            log_ended(held, logging.INFO, "stopped", started)
             self.finish(held, TaskStatus.STOPPED, reason="stop requested")
         elif isinstance(exc, ChildFailed):
             failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
@@ -312,17 +312,17 @@ class Runner:
             message = f"result is {len(encoded)} bytes; at most {limit} are stored"
             self._fail(held, Failure("ResultTooLarge", message), started)
             return
-        _log_ended(held, logging.INFO, "succeeded", started)
+        log_ended(held, logging.INFO, "succeeded", started)
         # failure=None: a retried task that now succeeds no longer shows the earlier failure
         self.finish(held, TaskStatus.SUCCEEDED, result=result, failure=None)  # fmt: skip
 
     def _lost(self, held: Held, why: str, started: float) -> None:
         """A task this process lost: nothing more is written, its result is discarded."""
-        _log_ended(held, logging.ERROR, "lost", started, f"{why}; its result is discarded")
+        log_ended(held, logging.ERROR, "lost", started, f"{why}; its result is discarded")
         self.held.forget(held)
 
     def _fail(self, held: Held, failure: Failure, started: float) -> None:
-        _log_ended(held, logging.WARNING, "failed", started,
+        log_ended(held, logging.WARNING, "failed", started,
                    f"{failure.error_type}: {failure.message}")  # fmt: skip
         # With retry_failures, the next attempt is written with the failure, in one write.
         retry = "failed" if self.writer.retry.retry_failures else None
@@ -389,28 +389,6 @@ def _failure(exc: BaseException) -> Failure:
     """The stored failure of an exception (its traceback, bounded)."""
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return Failure(type(exc).__name__, str(exc)[:4000], trace[-16000:])
-
-
-def _log_started(held: Held) -> None:
-    if task_log.isEnabledFor(logging.INFO):
-        snapshot = held.snapshot
-        _emit(logging.INFO, "task %s %s started (attempt %d)",
-              snapshot.task_id, snapshot.name, snapshot.attempt)  # fmt: skip
-
-
-def _log_ended(held: Held, level: int, how: str, started: float, detail: str | None = None) -> None:
-    """``task <id> <name> succeeded in 12.3 ms`` (``: <detail>`` after a failure or loss)."""
-    if task_log.isEnabledFor(level):
-        ms = (time.monotonic() - started) * 1000
-        snapshot = held.snapshot
-        suffix = "" if detail is None else f": {detail}"
-        _emit(level, "task %s %s %s in %.1f ms%s", snapshot.task_id, snapshot.name, how, ms, suffix)
-
-
-def _emit(level: int, message: str, *args: object) -> None:
-    """``task_log.log`` without its walk up the stack to find the caller (``findCaller``:
-    about 2 us of the 6 a record costs, twice per task; these lines always come from here)."""
-    task_log.handle(task_log.makeRecord(task_log.name, level, __file__, 0, message, args, None))
 
 
 def _log_crash(future: Future[None]) -> None:

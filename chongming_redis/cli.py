@@ -19,14 +19,17 @@ import typer
 from chongming_redis import cli_control, cli_read
 from chongming_redis.cli_common import (
     BucketsOpt,
+    MaxAttemptsOpt,
     NamespaceOpt,
     RedisOpt,
+    RetryBackoffOpt,
     UserError,
     console,
     err,
     load_app,
     open_store,
     progress,
+    retry_policy,
     say_error,
     user_errors,
 )
@@ -35,7 +38,6 @@ from chongming_redis.cli_worker import (
     WorkerOptions,
     configure_logging,
     log_level,
-    retry_policy,
     run_worker,
     run_workers,
 )
@@ -107,14 +109,8 @@ def worker(
     task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,
     worker_lease: Annotated[float, typer.Option(help="seconds")] = 5.0,
     grace: Annotated[float, typer.Option(help="shutdown grace, seconds")] = 30.0,
-    max_attempts: Annotated[
-        int, typer.Option(help="runs of a lost task in all, the first one included")
-    ] = 3,
-    retry_backoff: Annotated[
-        float,
-        typer.Option(help="seconds before the first retry; doubles per retry, at most "
-                     "max(60, this), with jitter"),
-    ] = 1.0,
+    max_attempts: MaxAttemptsOpt = 3,
+    retry_backoff: RetryBackoffOpt = 1.0,
     level: Annotated[
         str,
         typer.Option("--log-level",

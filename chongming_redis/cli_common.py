@@ -5,11 +5,12 @@ progress bar for long operations, and how a command opens the store and loads th
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import typer
@@ -20,6 +21,9 @@ from chongming_redis.embedded import EmbeddedRedisError
 from chongming_redis.env import AUDIT_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
+
+if TYPE_CHECKING:
+    from chongming_redis.runtime.retry import RetryPolicy
 
 console = Console()
 err = Console(stderr=True)
@@ -191,3 +195,28 @@ def load_app(spec: str) -> App:
     if not found.types:  # a worker would wait forever, a submit would check nothing
         raise UserError(f"app {spec!r} has no tasks registered (decorate them with @app.task)")
     return found
+
+
+MaxAttemptsOpt = Annotated[
+    int, typer.Option(help="runs of a lost task in all, the first one included")
+]
+RetryBackoffOpt = Annotated[
+    float,
+    typer.Option(help="seconds before the first retry; doubles per retry, at most "
+                 "max(60, this), with jitter"),
+]  # fmt: skip
+
+
+def retry_policy(max_attempts: int, backoff: float) -> RetryPolicy:
+    """The policy of ``--max-attempts`` / ``--retry-backoff``; a bad value is a ``UserError``.
+    The delay doubles per retry up to ``max(60 s, backoff)``, so a long backoff is kept."""
+    from chongming_redis.runtime.retry import RetryPolicy
+
+    if max_attempts < 1:
+        raise UserError(f"--max-attempts must be at least 1, not {max_attempts}")
+    if not (math.isfinite(backoff) and 0 <= backoff <= 86400):
+        raise UserError(f"--retry-backoff must be a number of seconds from 0 to 86400, "
+                        f"not {backoff}")  # fmt: skip
+    default = RetryPolicy()
+    return RetryPolicy(max_attempts=max_attempts, base_delay=backoff,
+                       max_delay=max(default.max_delay, backoff))  # fmt: skip

@@ -16,14 +16,17 @@ import typer
 
 from chongming_redis.cli_common import (
     JsonOpt,
+    MaxAttemptsOpt,
     NamespaceOpt,
     RedisOpt,
+    RetryBackoffOpt,
     UserError,
     WideOpt,
     console,
     open_store,
     out,
     print_json,
+    retry_policy,
     user_errors,
     where,
 )
@@ -164,16 +167,22 @@ def stats(
 
 @_command(epilog="Example: chongming-redis reconcile --json")
 def reconcile(
+    max_attempts: MaxAttemptsOpt = 3,
+    retry_backoff: RetryBackoffOpt = 1.0,
     as_json: JsonOpt = False,
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
-    """Mark tasks whose lease expired LOST (and queue retries) once; say what was done."""
+    """Mark tasks whose lease expired LOST (and queue retries) once; say what was done.
+
+    Give it the workers' --max-attempts/--retry-backoff: a lost task is retried as they would.
+    """
     from chongming_redis.runtime.controller import Controller
 
     with user_errors():
+        retry = retry_policy(max_attempts, retry_backoff)
         store = open_store(redis, namespace)
-        report = Controller(store, owner=_cli_owner()).reconcile()
+        report = Controller(store, owner=_cli_owner(), retry=retry).reconcile()
         if as_json:
             from chongming_redis.cli_json import reconcile_json
 

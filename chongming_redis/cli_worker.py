@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-import math
 import os
 import signal
 import sys
@@ -47,21 +46,6 @@ class WorkerOptions:
     grace: float
     retry: RetryPolicy | None = None
     log_level: str = "INFO"
-
-
-def retry_policy(max_attempts: int, backoff: float) -> RetryPolicy:
-    """The policy of ``--max-attempts`` / ``--retry-backoff``; a bad value is a ``UserError``.
-    The delay doubles per retry up to ``max(60 s, backoff)``, so a long backoff is kept."""
-    from chongming_redis.runtime.retry import RetryPolicy
-
-    if max_attempts < 1:
-        raise UserError(f"--max-attempts must be at least 1, not {max_attempts}")
-    if not (math.isfinite(backoff) and 0 <= backoff <= 86400):
-        raise UserError(f"--retry-backoff must be a number of seconds from 0 to 86400, "
-                        f"not {backoff}")  # fmt: skip
-    default = RetryPolicy()
-    return RetryPolicy(max_attempts=max_attempts, base_delay=backoff,
-                       max_delay=max(default.max_delay, backoff))  # fmt: skip
 
 
 def log_level(text: str) -> str:
@@ -127,7 +111,9 @@ def run_worker(options: WorkerOptions, *, announce: bool = True) -> None:
     )  # fmt: skip
     if announce:
         say_ctrl_c_once_handled()
-    controller.run_forever(grace=options.grace)
+    # Under a --processes parent (announce=False) a signal may arrive twice, directly and
+    # forwarded: a repeat within 2 s is the same request. A lone worker gets each one once.
+    controller.run_forever(grace=options.grace, same_signal_within=0.0 if announce else 2.0)
 
 
 def run_workers(options: WorkerOptions, processes: int) -> None:

@@ -237,3 +237,32 @@ def test_apps_that_cannot_run_are_one_error_line(
     one_error_line(run("submit", "raising_app:app", "job"), 1,
                    "importing 'raising_app' failed: RuntimeError: config missing")  # fmt: skip
     assert len(ok(run("submit", "bare_app:app", "job")).split()) == 1  # @app.task, bare
+
+
+def test_reconcile_retries_as_the_workers_flags_say(
+    redis_proc: RedisProc, namespace: str, store: RedisTaskStore
+) -> None:
+    url = redis_proc.url
+
+    def expired_running() -> str:
+        task_id = submit("echo", {"x": 1}, url, namespace)
+        pending = store.get(task_id)
+        assert pending is not None
+        now = store.server_time()
+        store.save(pending.evolve(status=TaskStatus.RUNNING, status_version=2, updated_at=now),
+                   expect_version=1)  # fmt: skip
+        store.touch(task_id, lease_owner="gone", lease_until=now.replace(year=now.year - 1))
+        return task_id
+
+    once = expired_running()
+    report = json.loads(ok(cli("reconcile", "--max-attempts=1", "--json", url=url,
+                               namespace=namespace)))  # fmt: skip
+    assert (report["lost"], report["retried"]) == ([once], [])
+    assert store.get(once).status is TaskStatus.LOST  # type: ignore[union-attr]
+    again = expired_running()
+    report = json.loads(ok(cli("reconcile", "--json", url=url, namespace=namespace)))
+    assert (report["lost"], report["retried"]) == ([again], [again])
+    retried = store.get(again)
+    assert retried is not None and (retried.status, retried.attempt) == (TaskStatus.PENDING, 2)
+    one_error_line(cli("reconcile", "--max-attempts=0", url=url, namespace=namespace), 1,
+                   "--max-attempts must be at least 1")  # fmt: skip

@@ -25,8 +25,10 @@ import pytest
 from chongming_redis.embedded import server_version_text
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import TaskSnapshot, TaskStatus
+from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.loops import OutageLog, every
 from chongming_redis.stores.redis import RedisTaskStore
+from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc
 from tests.test_cli import APP, ROOT, cli, ok
 
@@ -317,3 +319,29 @@ def test_a_loop_that_may_not_reach_the_store_does_not_end_an_outage() -> None:
 
     every(0, body, running=running, wake=wake, what="look for work", outage=log)
     assert len(lines) == 1 and log.in_outage
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(90)
+def test_a_quick_second_ctrl_c_hands_a_lone_workers_task_back_at_once(
+    redis_proc: RedisProc, namespace: str, workers: list[Worker]
+) -> None:
+    """A worker without a --processes parent gets every Ctrl-C once: the second one, however
+    soon, is not taken for a repeat of the first — the running task goes back at once instead
+    of the worker waiting out its 30 s grace."""
+    common = (f"--redis={redis_proc.url}", f"--namespace={namespace}")
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    worker = Worker(*common, "--grace=30")
+    workers.append(worker)
+    worker.wait_for(lambda line: CTRL_C in line)
+    task_id = Controller(store, app=pool_app).submit("work", {"ms": 60_000})
+    worker.wait_for(lambda line: f"task {task_id} work started" in line)
+    began = time.monotonic()
+    worker.proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    worker.proc.send_signal(signal.SIGINT)
+    worker.proc.wait(25)
+    assert time.monotonic() - began < 20  # not the 30 s grace
+    task = store.get(task_id)
+    assert task is not None and task.status is TaskStatus.PENDING and task.attempt == 2
+    store.close()

@@ -338,17 +338,19 @@ class Controller:
         self.runner.close()
         self.notifier.close()
 
-    def run_forever(self, grace: float = 30.0) -> None:
+    def run_forever(self, grace: float = 30.0, *, same_signal_within: float = 0.0) -> None:
         """``start()``, then block until SIGTERM/SIGINT: the first signal shuts down gracefully
-        (``grace`` seconds), a second one hands the running tasks back at once. A repeat within
-        2 s is the same request (Ctrl-C and systemd's ``KillMode=control-group`` deliver it to
-        a worker both directly and through its ``--processes`` parent)."""
+        (``grace`` seconds), a second one hands the running tasks back at once.
+        ``same_signal_within``: a repeat this soon is the same request — for a worker under a
+        ``--processes`` parent, to which Ctrl-C and systemd's ``KillMode=control-group``
+        deliver it both directly and through the parent (2 s there; a lone worker gets every
+        signal once, so a quick second Ctrl-C counts)."""
         signals = {"count": 0, "first": 0.0}
         stop = threading.Event()
 
         def on_signal(signum: int, frame: Any) -> None:
             now = time.monotonic()
-            if signals["count"] == 1 and now - signals["first"] < 2.0:
+            if signals["count"] == 1 and now - signals["first"] < same_signal_within:
                 return
             signals["count"] += 1
             if signals["count"] == 1:

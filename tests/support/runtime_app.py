@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             simulated_skew=os.environ.get(SKEW_ENV),
         )
         try:
-            controller.run_forever(grace=args.grace)
+            # As a worker under a --processes parent: a repeat within 2 s is the same signal.
+            controller.run_forever(grace=args.grace, same_signal_within=2.0)
         finally:
             emit("exit", owner=args.owner)
             store.close()

@@ -196,8 +196,7 @@ def submit(
 def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:
     """The bucket count to submit with: the one the namespace's workers recorded. A different
     ``--num-buckets`` would put tasks in buckets no worker serves: refused."""
-    raw = store.client.hget(store.keys.meta, "num_buckets")
-    recorded = None if raw is None else int(raw)
+    recorded = store.recorded_num_buckets()
     if given is not None and recorded is not None and given != recorded:
         raise UserError(f"namespace {namespace!r} runs with --num-buckets={recorded}, not {given}: "
                         "tasks submitted with another count would never run")  # fmt: skip

@@ -253,9 +253,9 @@ class ClientFlows:
                 if outcome is not None:
                     return outcome
                 continue  # it changed under us (a worker started it): look again
-            outcome = yield from self._command_flow(snapshot, kind, wait, timeout)
-            if outcome != "conflict-retry":
-                return outcome
+            # A holder answers every command it acts on (a race is judged again, never
+            # answered): its outcome is final.
+            return (yield from self._command_flow(snapshot, kind, wait, timeout))
         raise RuntimeError(f"task {task_id!r} kept changing; {kind.value} not applied")
 
     def _control_unheld_flow(self, snapshot: TaskSnapshot, kind: CommandKind) -> Flow[str | None]:

@@ -118,15 +118,13 @@ class Harness:
 
     def close(self) -> None:
         """Close what the test opened and delete the namespace's keys."""
-        import redis
+        from chongming_redis.stores.redis import RedisTaskStore
 
         for opened in self._opened:
             with contextlib.suppress(Exception):
                 opened.close()
-        client = redis.Redis.from_url(self.url)
+        store = RedisTaskStore.from_url(self.url, namespace=self.namespace, check_server=False)
         try:
-            keys = list(client.scan_iter(match="{" + self.namespace + "}*", count=1000))
-            for start in range(0, len(keys), 500):
-                client.delete(*keys[start : start + 500])
+            store.drop_namespace()
         finally:
-            client.close()
+            store.close()

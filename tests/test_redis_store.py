@@ -503,3 +503,23 @@ def test_a_save_that_changes_indexed_fields_leaves_no_stale_index_entry(
                     k.bucket_names("succeeded", 2), k.tag("b"), k.tag("c"), k.feed,
                     k.feed_chunk(0), k.feed_chunks)
     }  # fmt: skip
+
+
+def test_drop_namespace_deletes_its_keys_and_no_others(redis_proc: RedisProc) -> None:
+    """What the demo and the pytest plugin clean up with: every key of one namespace, none of
+    a namespace whose name starts the same."""
+    name = f"drop-{random.getrandbits(32):08x}"
+    keep = RedisTaskStore.from_url(redis_proc.url, namespace=f"{name}-keep")
+    gone = RedisTaskStore.from_url(redis_proc.url, namespace=name)
+    now = datetime.now(timezone.utc)
+    for store in (keep, gone):
+        for n in range(600):  # more than one batch of deletes
+            store.create(TaskSnapshot(f"t{n}", "job", TaskStatus.PENDING, 1, now, now))
+    before = keep.counts()
+    assert gone.drop_namespace() >= 600
+    assert gone.counts() == dict.fromkeys(TaskStatus, 0) and gone.get("t1") is None
+    assert keep.counts() == before and keep.get("t1") is not None
+    assert gone.drop_namespace() == 0  # twice: nothing left
+    keep.drop_namespace()
+    keep.close()
+    gone.close()

@@ -114,10 +114,6 @@ def is_unheld(snapshot: TaskSnapshot) -> bool:
     return not snapshot.status.is_terminal and holder(snapshot) is None
 
 
-def finished(snapshot: TaskSnapshot) -> bool:
-    return snapshot.status.is_terminal
-
-
 def outcome(snapshot: TaskSnapshot) -> Any:
     """A finished task's result, or the ``TaskOutcome`` for how it ended without one."""
     if snapshot.status is TaskStatus.SUCCEEDED:

@@ -161,9 +161,13 @@ class Keys:
         name of the worker that holds a task."""
         return self.root + "nudge:" + topic
 
+    def glob(self) -> str:
+        """The ``SCAN MATCH`` pattern of every key of the namespace (glob-escaped)."""
+        return _glob_escape(self.root) + "*"
+
     def pattern(self) -> str:
-        """The ACL key pattern that covers the namespace (glob-escaped)."""
-        return "~" + _glob_escape(self.root) + "*"
+        """The ACL key pattern that covers the namespace."""
+        return "~" + self.glob()
 
     def channel_pattern(self) -> str:
         """The ACL channel pattern of the namespace's nudges (``{ns}:nudge:<topic>``: the

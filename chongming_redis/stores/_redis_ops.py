@@ -128,15 +128,6 @@ def errors(key: str | None = None) -> Iterator[None]:
         raise StoreError(f"Redis error: {exc}") from exc
 
 
-def hello_supports_flags(hello: Any) -> bool:
-    """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) comes from Redis >= 7,
-    which understands ``#!lua`` shebangs and ``EVALSHA_RO``."""
-    info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
-    server = text(info.get(b"server", b""))
-    version = text(info.get(b"version", b"0"))
-    return server == "redis" and int(version.split(".")[0]) >= 7
-
-
 # -- tasks -------------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import redis
 
@@ -28,12 +29,16 @@ def supports_script_flags(client: redis.Redis) -> bool:
         hello = client.execute_command("HELLO")  # type: ignore[no-untyped-call]
     except redis.exceptions.ResponseError:
         return False
+    return hello_supports_flags(hello)
+
+
+def hello_supports_flags(hello: Any) -> bool:
+    """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) comes from Redis >= 7
+    (the sync store asks above, ``AsyncRedisStore`` with its own client)."""
     info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
     server = _text(info.get(b"server", b""))
     version = _text(info.get(b"version", b"0"))
-    if server != "redis":
-        return False
-    return int(version.split(".")[0]) >= 7
+    return server == "redis" and int(version.split(".")[0]) >= 7
 
 
 def check_server_settings(client: redis.Redis) -> list[str]:

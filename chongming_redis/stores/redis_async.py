@@ -31,6 +31,7 @@ from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, 
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import Keys
+from chongming_redis.stores._redis_server import hello_supports_flags
 from chongming_redis.stores._replies import text
 from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, script_text
 
@@ -206,7 +207,7 @@ class AsyncRedisStore:
             hello = await self._client.execute_command("HELLO")  # type: ignore[no-untyped-call]
         except redis.exceptions.ResponseError:
             return False
-        return ops.hello_supports_flags(hello)
+        return hello_supports_flags(hello)
 
     def _check_open(self) -> None:
         if self._closed:

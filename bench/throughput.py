@@ -73,6 +73,7 @@ from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
+from chongming_redis.stores._redis_rows import decode_entry
 from chongming_redis.stores.redis import RedisTaskStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -418,7 +419,7 @@ def histories(store: RedisTaskStore, task_ids: Sequence[str]) -> dict[str, list[
             pipe.zrangebyscore(store.keys.history(task_id), "-inf", "+inf")
         for task_id, members in zip(batch, pipe.execute()):
             key = store.keys.history(task_id)
-            result[task_id] = [store._decode_entry(task_id, key, m) for m in members]
+            result[task_id] = [decode_entry(task_id, key, m) for m in members]
     return result
 
 

@@ -22,6 +22,7 @@ from chongming_redis.errors import (
 from chongming_redis.model import (
     ChangePage,
     Command,
+    CommandBacklog,
     CommandKind,
     Failure,
     FeedStats,
@@ -54,6 +55,7 @@ __all__ = [
     "Client",
     "Command",
     "CommandAlreadyExists",
+    "CommandBacklog",
     "CommandKind",
     "CommandNotFound",
     "CommandTimeout",

@@ -343,3 +343,25 @@ class FeedStats:
     head: int
     items: int
     tombstones: int
+
+
+# -- what a dashboard reads ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommandBacklog:
+    """The unfinished control commands (``CommandInspectingStore.command_backlog``):
+    ``unclaimed`` (never claimed, or released), ``leased`` (a lease, valid or expired, not
+    finished) and ``oldest_unclaimed_at`` (``created_at`` of the oldest unclaimed one, ``None``
+    when there is none). A command whose lease expired counts as leased until it is claimed
+    again or released: the stores keep it with its lease until then."""
+
+    unclaimed: int
+    leased: int
+    oldest_unclaimed_at: datetime | None
+
+    def __post_init__(self) -> None:
+        check_int(self.unclaimed, "unclaimed")
+        check_int(self.leased, "leased")
+        oldest = check_optional_dt(self.oldest_unclaimed_at, "oldest_unclaimed_at")
+        _set(self, "oldest_unclaimed_at", oldest)

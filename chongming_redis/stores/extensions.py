@@ -19,7 +19,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from chongming_redis.errors import StoreError
-from chongming_redis.model import Command, Progress, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import (
+    Command,
+    CommandBacklog,
+    Progress,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
 
 if TYPE_CHECKING:
     import redis
@@ -202,6 +210,56 @@ class TaskTypesStore(Protocol):
         ...
 
 
+@runtime_checkable
+class PagedQueryStore(Protocol):
+    """Keyset paging over ``query``: a dashboard's "next page" costs one page at any depth."""
+
+    def query_page(
+        self, query: TaskQuery | None = None, *, after: tuple[datetime, str] | None = None
+    ) -> list[TaskSnapshot]:
+        """What ``query(query)`` returns, restricted to tasks strictly after the position
+        ``after = (created_at, task_id)`` in the query's order (ascending ``(created_at,
+        task_id)``; with ``newest_first`` strictly before it, i.e. after it in descending
+        order), at most ``query.limit``. ``after`` need not be a stored task (a pruned one
+        still works): the next page after the last task of a page is ``after=(last.created_at,
+        last.task_id)``. ``after=None`` is exactly ``query``. A bad ``after`` (not a 2-tuple of
+        an aware, storable datetime and an identifier ``str``) is ``TypeError``/``ValueError``
+        before any backend call."""
+        ...
+
+
+@runtime_checkable
+class CommandInspectingStore(Protocol):
+    """The control commands as an operator sees them: per task, and the unfinished backlog."""
+
+    def task_commands(self, task_id: str, *, limit: int = 100) -> list[Command]:
+        """The task's commands as stored (finished ones with their outcome), the newest
+        ``limit`` of them (1..1000, ``ValueError`` otherwise), returned oldest first by
+        ``(created_at, command_id)``. A task with no command, or an unknown one, gives ``[]``.
+        Commands of a pruned task are no longer listed (a task created again with that id
+        starts with none)."""
+        ...
+
+    def command_backlog(self) -> CommandBacklog:
+        """The unfinished commands: ``unclaimed`` (no lease: never claimed, or released),
+        ``leased`` (a lease, valid or expired, not finished) and ``oldest_unclaimed_at``
+        (``created_at`` of the oldest unclaimed one, ``None`` if none), without reading every
+        command."""
+        ...
+
+
+@runtime_checkable
+class WorkerBeatsStore(Protocol):
+    """When each pool worker last ticked (``BucketPoolStore.pool_tick``), so a dashboard shows
+    the age of every heartbeat, not only its expiry."""
+
+    def worker_beats(self) -> dict[str, datetime]:
+        """``{worker: the now of its last pool_tick}`` for every worker ``pool_state`` lists
+        as live. A worker that left (``leaving``) or was dropped as expired is gone from it in
+        the same step."""
+        ...
+
+
 #: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
 EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "BatchingStore": ("commit_tasks", "start_tasks"),
@@ -213,6 +271,9 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "CommandReadingStore": ("get_command",),
     "RecordedBucketsStore": ("recorded_num_buckets",),
     "TaskTypesStore": ("record_task_types", "task_types"),
+    "PagedQueryStore": ("query_page",),
+    "CommandInspectingStore": ("task_commands", "command_backlog"),
+    "WorkerBeatsStore": ("worker_beats",),
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -225,6 +286,9 @@ EXTENSIONS: dict[str, type] = {
     "CommandReadingStore": CommandReadingStore,
     "RecordedBucketsStore": RecordedBucketsStore,
     "TaskTypesStore": TaskTypesStore,
+    "PagedQueryStore": PagedQueryStore,
+    "CommandInspectingStore": CommandInspectingStore,
+    "WorkerBeatsStore": WorkerBeatsStore,
 }
 
 

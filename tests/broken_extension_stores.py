@@ -33,6 +33,8 @@ EXPECTED = frozenset(
         "BucketCountingStore",
         "CommandReadingStore",
         "TaskTypesStore",
+        "PagedQueryStore",
+        "CommandInspectingStore",
     }
 )
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED

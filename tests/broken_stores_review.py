@@ -30,6 +30,7 @@ from chongming_redis.model import (
     TaskStatus,
 )
 from chongming_redis.stores import _common as check
+from chongming_redis.stores._memory_reads import _matches
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     MAX_PAYLOAD_BYTES,
@@ -41,7 +42,7 @@ from chongming_redis.stores.codec import (
     snapshot_to_row,
     touch_columns,
 )
-from chongming_redis.stores.memory import InMemoryTaskStore, _matches
+from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.validation import check_dt, check_identifier, check_int
 
 STRICT, AMBIG, CONTROL = "strict", "ambiguous", "control"

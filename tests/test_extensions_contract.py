@@ -26,9 +26,15 @@ MEMORY = frozenset(
         "BucketCountingStore",
         "CommandReadingStore",
         "TaskTypesStore",
+        "PagedQueryStore",
+        "CommandInspectingStore",
     }
 )
-REDIS = MEMORY | {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore"}
+REDIS = (MEMORY - {"PagedQueryStore", "CommandInspectingStore"}) | {
+    "BucketPoolStore",
+    "NudgeStore",
+    "RecordedBucketsStore",
+}
 
 
 class TestInMemoryExtensions(ExtensionsContract):

@@ -150,3 +150,23 @@ def check_task_type_names(names: Collection[str]) -> frozenset[str]:
     if isinstance(names, str | bytes) or not isinstance(names, Collection):
         raise TypeError(f"names must be a collection of str, not {type(names).__name__}")
     return frozenset(check_identifier(name, "task type name") for name in names)
+
+
+MAX_TASK_COMMANDS = 1000
+
+
+def check_after(after: object) -> tuple[datetime, str] | None:
+    """``query_page``'s ``after``: ``None``, or ``(created_at, task_id)``, returned with the
+    datetime in UTC (an aware, storable instant: what a ``created_at`` can be)."""
+    if after is None:
+        return None
+    if not isinstance(after, tuple) or len(after) != 2:
+        raise TypeError(f"after must be a (created_at, task_id) tuple, not {type(after).__name__}")
+    moment, task_id = after
+    return check_dt(moment, "after created_at"), check_identifier(task_id, "after task_id")
+
+
+def check_task_commands(task_id: object, limit: object) -> int:
+    """``task_commands``' arguments; returns ``limit`` (1..``MAX_TASK_COMMANDS``)."""
+    check_identifier(task_id, "task_id")
+    return check_int(limit, "limit", minimum=1, maximum=MAX_TASK_COMMANDS)

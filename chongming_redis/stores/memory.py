@@ -1,6 +1,8 @@
 """``InMemoryTaskStore``: the reference implementation of ``TaskStore`` and of the extensions
 the runtime uses on every store that has them (``stores/extensions.py``): batched commits and
-starts, the fenced touch, a clock and per-bucket counts (not the Redis-only pool and nudges).
+starts, the fenced touch, a clock and per-bucket counts (not the Redis-only pool and nudges);
+its read-side extensions (keyset paging, per-bucket counts, what a dashboard reads of the
+commands) are ``MemoryReads`` (``stores/_memory_reads.py``).
 
 One lock plays the role a Lua script plays on Redis: every method is one critical section, so
 "check, then write" is atomic. Records are kept as codec rows, not as the caller's objects, so a
@@ -36,6 +38,7 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _common as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Row,
@@ -51,7 +54,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class InMemoryTaskStore:
+class InMemoryTaskStore(MemoryReads):
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
@@ -60,6 +63,7 @@ class InMemoryTaskStore:
         self._tasks: dict[str, Row] = {}
         self._history: dict[str, dict[int, Row]] = {}
         self._commands: dict[str, Row] = {}
+        self._task_commands: dict[str, dict[str, None]] = {}
         self._types: set[str] = set()
         self._feed = MemoryFeed()
 
@@ -93,13 +97,7 @@ class InMemoryTaskStore:
             return None if row is None else row_to_snapshot(row)
 
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
-        q = check.check_query(query)
-        with self._open():
-            rows = [row for row in self._tasks.values() if _matches(row, q)]
-        rows.sort(key=lambda r: (r["created_at"], r["task_id"]), reverse=q.newest_first)
-        if q.limit is not None:
-            rows = rows[: q.limit]
-        return [row_to_snapshot(row) for row in rows]
+        return self._selected(check.check_query(query), None)
 
     def counts(self) -> dict[TaskStatus, int]:
         with self._open():
@@ -258,14 +256,6 @@ class InMemoryTaskStore:
         with self._open():
             return datetime.now(timezone.utc)
 
-    def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
-        with self._open():
-            result: dict[int, dict[TaskStatus, int]] = {}
-            for row in self._tasks.values():
-                per = result.setdefault(int(row["bucket"]), dict.fromkeys(TaskStatus, 0))  # type: ignore[arg-type]
-                per[TaskStatus(row["status"])] += 1
-            return result
-
     # -- control commands ------------------------------------------------------------------
 
     def submit_command(self, command: Command) -> None:
@@ -274,6 +264,7 @@ class InMemoryTaskStore:
             if command.command_id in self._commands:
                 raise CommandAlreadyExists(command.command_id)
             self._commands[command.command_id] = row
+            self._task_commands.setdefault(command.task_id, {})[command.command_id] = None
 
     def record_task_types(self, names: Collection[str]) -> None:
         """``TaskTypesStore``: add the names to the recorded set."""
@@ -284,13 +275,6 @@ class InMemoryTaskStore:
     def task_types(self) -> frozenset[str]:
         with self._open():
             return frozenset(self._types)
-
-    def get_command(self, command_id: str) -> Command | None:
-        """``CommandReadingStore``: the command as stored, or ``None``."""
-        check_identifier(command_id, "command_id")
-        with self._open():
-            row = self._commands.get(command_id)
-            return None if row is None else row_to_command(dict(row))
 
     def claim_commands(
         self, *, now: datetime, lease_seconds: float, limit: int = 50
@@ -344,6 +328,7 @@ class InMemoryTaskStore:
                 self._feed.tombstone(task_id, str(row["name"]), int(row["bucket"]), removed_at)  # type: ignore[arg-type]
                 del self._tasks[task_id]
                 self._history.pop(task_id, None)
+                self._task_commands.pop(task_id, None)  # the commands stay, unlisted
             return len(doomed)
 
     # -- the change feed -------------------------------------------------------------------
@@ -388,18 +373,3 @@ class _Guard:
 
     def __exit__(self, *exc: Any) -> None:
         self._store._lock.release()
-
-
-def _matches(row: Row, q: TaskQuery) -> bool:
-    snapshot_status = TaskStatus(row["status"])
-    if q.statuses is not None and snapshot_status not in q.statuses:
-        return False
-    if q.name is not None and row["name"] != q.name:
-        return False
-    if q.name_prefix is not None and not str(row["name"]).startswith(q.name_prefix):
-        return False
-    if q.tag is not None and q.tag not in row_to_snapshot(row).tags:
-        return False
-    if q.buckets is not None and row["bucket"] not in q.buckets:
-        return False
-    return q.pipeline_run_id is None or row["pipeline_run_id"] == q.pipeline_run_id

@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from chongming_redis import cli_control, cli_read
+from chongming_redis import cli_control, cli_dashboard, cli_read
 from chongming_redis.cli_common import (
     BucketsOpt,
     MaxAttemptsOpt,
@@ -294,6 +294,11 @@ def stress(ctx: typer.Context) -> None:
 _CLICK_ERROR: type[Exception] = next(
     c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
 )
+
+app.command(
+    epilog="Example: chongming-redis dashboard --redis redis://127.0.0.1:6379/0 --port 8000 "
+    "--allow-control"
+)(cli_dashboard.dashboard)
 
 
 def main() -> None:

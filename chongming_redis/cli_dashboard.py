@@ -1,0 +1,108 @@
+"""``chongming-redis dashboard``: the web dashboard on uvicorn.
+
+The socket is bound before anything else, so a port in use is one ``error:`` line (not a
+uvicorn traceback). It listens on 127.0.0.1 unless ``--host`` says otherwise, and is read-only
+unless ``--allow-control``; then it prints the sign-in link with the token once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from typing import Annotated
+
+import typer
+
+from chongming_redis.cli_common import (
+    NamespaceOpt,
+    RedisOpt,
+    UserError,
+    console,
+    err,
+    open_store,
+    shown_url,
+    user_errors,
+)
+
+TOKEN_ENV = "CHONGMING_DASHBOARD_TOKEN"
+
+
+def dashboard(
+    redis: RedisOpt = None,
+    namespace: NamespaceOpt = "default",
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8000,
+    allow_control: Annotated[
+        bool, typer.Option("--allow-control", help="show stop/pause/resume/retry buttons to "
+                           "users signed in with the token")
+    ] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar=TOKEN_ENV, help="the sign-in token for --allow-control "
+                     "(default: a new random one, printed)"),
+    ] = None,
+) -> None:  # fmt: skip
+    """Serve the web dashboard: overview, task list, task pages, live from the change feed.
+
+    Also /api/v1/tasks (the change feed as JSON) and /metrics (Prometheus).
+    """
+    with user_errors():
+        if token is not None and not allow_control:
+            raise UserError(
+                "--token is for --allow-control (the dashboard is read-only without it)"
+            )
+        if token is not None and len(token) < 16:
+            raise UserError("the token must be at least 16 characters")
+        if not 0 <= port <= 65535:
+            raise UserError(f"--port must be from 0 to 65535, not {port}")
+        store = open_store(redis, namespace, check_server=False)
+        sock = _listen(host, port)
+        serve(store, sock, namespace=namespace, redis=redis or "",
+              token=(token or secrets.token_urlsafe(24)) if allow_control else None)  # fmt: skip
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    return sock
+
+
+def serve(store: object, sock: socket.socket, *, namespace: str, redis: str,
+          token: str | None) -> None:  # fmt: skip
+    import uvicorn
+
+    from chongming_redis.dashboard import create_app
+    from chongming_redis.stores.protocol import TaskStore
+
+    assert isinstance(store, TaskStore)
+    app = create_app(store, namespace=namespace, control_token=token)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    console.print(f"dashboard of namespace {namespace!r} on {shown_url(redis)}: {url}",
+                  highlight=False, soft_wrap=True)  # fmt: skip
+    if token is None:
+        console.print("read-only (--allow-control adds stop/pause/resume/retry buttons)",
+                      highlight=False)  # fmt: skip
+    else:
+        console.print(f"control on: sign in at {url}login?token={token}", highlight=False,
+                      soft_wrap=True)  # fmt: skip
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        warning = (f"warning: listening on {host}: anyone who reaches this address sees every "
+                   "task (and can sign in with the token)")  # fmt: skip
+        err.print(warning, highlight=False, soft_wrap=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=2)  # fmt: skip
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        store_close = getattr(store, "close", None)
+        if store_close is not None:
+            store_close()

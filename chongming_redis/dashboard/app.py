@@ -1,0 +1,101 @@
+"""``create_app``: the dashboard as a Starlette application.
+
+Routes: ``/`` (overview), ``/tasks`` (the list), ``/tasks/<id>`` (a task), their event streams
+under ``/events/``, ``/api/v1/...`` (JSON), ``/metrics`` (Prometheus) and ``/static/``. With
+``control`` set: ``/login``, ``/logout``, ``/control`` and ``/api/v1/control`` as well;
+without it they do not exist (404) and no page shows a button.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+
+from anyio import to_thread
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from chongming_redis.dashboard import api, control, events, pages
+from chongming_redis.dashboard.hub import FeedHub
+from chongming_redis.dashboard.prom import registry_for
+from chongming_redis.dashboard.render import Renderer
+from chongming_redis.dashboard.state import ControlSettings, DashboardState
+from chongming_redis.errors import StoreError
+from chongming_redis.stores.protocol import ChangeFeed, TaskStore
+
+
+def create_app(
+    store: TaskStore,
+    *,
+    namespace: str,
+    control_token: str | None = None,
+    feed_interval: float = 0.25,
+    command_timeout: float = 10.0,
+) -> Starlette:
+    """The dashboard of ``store``. ``control_token``: enable the control buttons, for users
+    signed in with this token (read-only when ``None``). The store needs a change feed."""
+    if not isinstance(store, TaskStore):
+        raise TypeError(f"store must implement TaskStore, not {type(store).__name__}")
+    if not isinstance(store, ChangeFeed):
+        raise TypeError("the dashboard follows the store's change feed: this store has none")
+    if control_token is not None and len(control_token) < 16:
+        raise ValueError("the control token must be at least 16 characters")
+    settings = None
+    if control_token is not None:
+        settings = ControlSettings(control_token, secrets.token_bytes(32), command_timeout)
+    dash = DashboardState(
+        store=store,
+        hub=FeedHub(store, interval=feed_interval),
+        renderer=Renderer(namespace=namespace, control=settings is not None),
+        namespace=namespace,
+        control=settings,
+    )
+    registry = registry_for(store, namespace)
+
+    async def metrics(request: Request) -> Response:
+        try:
+            body = await to_thread.run_sync(generate_latest, registry)
+        except StoreError as exc:
+            return PlainTextResponse(f"the store cannot be read: {exc}\n", status_code=503)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        follower = asyncio.create_task(dash.hub.run())
+        try:
+            yield
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    routes = [
+        Route("/", pages.overview),
+        Route("/tasks", pages.task_list),
+        Route("/tasks/{task_id:path}", pages.task_page),
+        Route("/events/overview", events.overview_events),
+        Route("/events/tasks", events.list_events),
+        Route("/events/task", events.task_events),
+        Route("/api/v1/tasks", api.feed_page),
+        Route("/api/v1/overview", api.overview),
+        Route("/api/v1/tasks/{task_id:path}", api.task),
+        Route("/metrics", metrics),
+        Mount("/static", StaticFiles(packages=[("chongming_redis.dashboard", "static")])),
+    ]
+    if settings is not None:
+        routes += [
+            Route("/login", control.login_form, methods=["GET"]),
+            Route("/login", control.login, methods=["POST"]),
+            Route("/logout", control.logout, methods=["POST"]),
+            Route("/control", control.control_form, methods=["POST"]),
+            Route("/api/v1/control", control.control_api, methods=["POST"]),
+        ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.dash = dash
+    return app

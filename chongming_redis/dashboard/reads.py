@@ -1,0 +1,199 @@
+"""What the dashboard's pages show, read from the store.
+
+Synchronous and backend-neutral: the web app runs these in a worker thread. Each page costs a
+bounded number of store calls whatever the number of tasks: the overview reads counters (never
+tasks), a list page reads one page through keyset paging (``PagedQueryStore``), a task page reads
+one task, its history and its commands. An extension a store lacks hides that part of a page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from chongming_redis.dashboard.listing import ListRequest, Mark, mark_of, reversed_query
+from chongming_redis.model import (
+    Command,
+    CommandBacklog,
+    FeedStats,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+)
+from chongming_redis.stores.extensions import (
+    BucketCountingStore,
+    BucketPoolStore,
+    CommandInspectingStore,
+    PagedQueryStore,
+    ServerClockStore,
+    WorkerBeatsStore,
+)
+from chongming_redis.stores.protocol import ChangeFeed, TaskStore
+
+#: The page's newest commands shown for a task.
+TASK_COMMANDS = 50
+#: Beyond this a walk through ``query`` for a store without keyset paging gives up.
+UNPAGED_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    name: str
+    beat_age: float | None  # seconds since its last heartbeat (``WorkerBeatsStore``)
+    expires_in: float  # seconds until the pool drops it
+    buckets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    bucket: int
+    owner: str | None
+    counts: dict[TaskStatus, int]
+
+
+@dataclass(frozen=True)
+class Overview:
+    now: datetime
+    counts: dict[TaskStatus, int]
+    buckets: tuple[BucketRow, ...]
+    workers: tuple[WorkerRow, ...]
+    feed: FeedStats | None
+    backlog: CommandBacklog | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def oldest_unclaimed_age(self) -> float | None:
+        if self.backlog is None or self.backlog.oldest_unclaimed_at is None:
+            return None
+        return max(0.0, (self.now - self.backlog.oldest_unclaimed_at).total_seconds())
+
+
+def store_now(store: TaskStore) -> datetime:
+    """The store's clock when it has one (the pool's heartbeats are on it), else ours."""
+    if isinstance(store, ServerClockStore):
+        return store.server_time()
+    return datetime.now(timezone.utc)
+
+
+def read_overview(store: TaskStore) -> Overview:
+    now = store_now(store)
+    counts = store.counts()
+    per_bucket = store.bucket_counts() if isinstance(store, BucketCountingStore) else {}
+    workers: dict[str, datetime] = {}
+    owners: dict[int, str] = {}
+    if isinstance(store, BucketPoolStore):
+        workers, owners = store.pool_state()
+    beats = store.worker_beats() if isinstance(store, WorkerBeatsStore) else {}
+    live = {name: until for name, until in workers.items() if until > now}
+    held: dict[str, list[int]] = {}
+    for bucket, owner in owners.items():
+        held.setdefault(owner, []).append(bucket)
+    worker_rows = tuple(
+        WorkerRow(
+            name=name,
+            beat_age=None if name not in beats else max(0.0, (now - beats[name]).total_seconds()),
+            expires_in=(until - now).total_seconds(),
+            buckets=tuple(sorted(held.get(name, ()))),
+        )
+        for name, until in sorted(live.items())
+    )
+    zero = dict.fromkeys(TaskStatus, 0)
+    bucket_rows = tuple(
+        BucketRow(
+            bucket,
+            owners.get(bucket) if owners.get(bucket) in live else None,
+            {**zero, **per_bucket.get(bucket, {})},
+        )
+        for bucket in sorted(set(per_bucket) | set(owners))
+    )
+    feed = store.feed_stats() if isinstance(store, ChangeFeed) else None
+    backlog = store.command_backlog() if isinstance(store, CommandInspectingStore) else None
+    return Overview(now, counts, bucket_rows, worker_rows, feed, backlog)
+
+
+@dataclass(frozen=True)
+class ListPage:
+    request: ListRequest
+    tasks: tuple[TaskSnapshot, ...]
+    next_mark: Mark | None  # there are tasks after this page
+    prev_mark: Mark | None  # there are tasks before this page
+    total: int | None = None  # how many match, when counters can tell (a status filter alone)
+
+
+def read_list(store: TaskStore, request: ListRequest) -> ListPage:
+    """One page of the list, and whether there are pages on either side (one extra task
+    read in each direction that needs it)."""
+    query = request.query
+    size = query.limit or 50
+    next_mark: Mark | None
+    prev_mark: Mark | None
+    if request.before is not None:
+        # The page that ends before the mark: read backwards, one extra to see if more lie there.
+        back = _page(store, reversed_query(query, size + 1), request.before)
+        tasks = list(reversed(back[:size]))
+        prev_mark = mark_of(tasks[0]) if len(back) > size else None
+        next_mark = mark_of(tasks[-1]) if tasks else request.before
+    else:
+        ahead = _page(store, replace(query, limit=size + 1), request.after)
+        tasks = ahead[:size]
+        next_mark = mark_of(tasks[-1]) if len(ahead) > size else None
+        prev_mark = mark_of(tasks[0]) if request.after is not None and tasks else None
+    return ListPage(request, tuple(tasks), next_mark, prev_mark, _total(store, query))
+
+
+def _page(store: TaskStore, query: TaskQuery, after: Mark | None) -> list[TaskSnapshot]:
+    if isinstance(store, PagedQueryStore):
+        return store.query_page(query, after=after)
+    if after is None:
+        return store.query(query)
+    # No keyset paging: walk from the start (bounded), keep what lies after the mark.
+    walked = store.query(replace(query, limit=UNPAGED_LIMIT))
+    sign = -1 if query.newest_first else 1
+    rest = [t for t in walked if sign * _cmp(mark_of(t), after) > 0]
+    return rest[: query.limit]
+
+
+def _cmp(a: Mark, b: Mark) -> int:
+    return (a > b) - (a < b)
+
+
+def _total(store: TaskStore, query: TaskQuery) -> int | None:
+    """The number of matching tasks when the status counters say it without a scan."""
+    plain = TaskQuery(statuses=query.statuses, limit=query.limit, newest_first=query.newest_first)
+    if query != plain:
+        return None
+    counts = store.counts()
+    return sum(
+        n for status, n in counts.items() if query.statuses is None or status in query.statuses
+    )
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    task: TaskSnapshot
+    history: tuple[Transition, ...]
+    commands: tuple[Command, ...] | None  # None: the store cannot list a task's commands
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+def read_task(store: TaskStore, task_id: str) -> TaskPage | None:
+    task = store.get(task_id)
+    if task is None:
+        return None
+    return TaskPage(task, tuple(store.history(task_id)), read_commands(store, task_id))
+
+
+def read_commands(store: TaskStore, task_id: str) -> tuple[Command, ...] | None:
+    if not isinstance(store, CommandInspectingStore):
+        return None
+    return tuple(store.task_commands(task_id, limit=TASK_COMMANDS))
+
+
+def read_tasks(store: TaskStore, task_ids: Sequence[str]) -> dict[str, TaskSnapshot | None]:
+    """The current state of a few tasks (a list page's running rows, for their progress)."""
+    return {task_id: store.get(task_id) for task_id in task_ids}

@@ -1,0 +1,230 @@
+"""The dashboard's pages through HTTP, on the in-memory store and on a real Redis: what the
+overview counts is what the store counts; every filter of the list shows exactly what
+``query`` finds, in its order; keyset paging walks every task once in both directions; a task
+page shows its history and escapes whatever a task carries; bad input is a 400 page."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from html import unescape
+from urllib.parse import quote, urlencode
+
+import pytest
+from starlette.testclient import TestClient
+
+from chongming_redis.dashboard import create_app
+from chongming_redis.model import TaskQuery, TaskStatus, Transition
+from chongming_redis.stores.memory import InMemoryTaskStore
+from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.stores.redis import RedisTaskStore
+from tests.support.dashboard import AWKWARD_IDS, BASE, fill, link, row_ids
+from tests.support.redis_server import RedisProc
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest, namespace: str) -> Iterator[TaskStore]:
+    if request.param == "memory":
+        made: TaskStore = InMemoryTaskStore()
+    else:
+        redis_proc: RedisProc = request.getfixturevalue("redis_proc")
+        made = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def web(store: TaskStore) -> Iterator[TestClient]:
+    with TestClient(create_app(store, namespace="pages")) as client:
+        yield client
+
+
+def shown_counts(html: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(r'<b data-status="([a-z]+)">(\d+)</b>', html)}
+
+
+# -- overview ------------------------------------------------------------------------------------
+
+
+def test_the_overview_of_an_empty_store_says_so_and_counts_zero(web: TestClient) -> None:
+    page = web.get("/")
+    assert page.status_code == 200
+    assert shown_counts(page.text) == {**{s.value: 0 for s in TaskStatus}, "total": 0}
+    assert "No live worker" in page.text and "No task yet" in page.text
+    assert 'data-events="/events/overview"' in page.text
+
+
+def test_the_overview_counts_what_the_store_counts_and_follows_it(
+    web: TestClient, store: TaskStore
+) -> None:
+    fill(store)
+    counts = store.counts()
+    expected = {s.value: n for s, n in counts.items()} | {"total": sum(counts.values())}
+    assert shown_counts(web.get("/").text) == expected
+    # A change is seen on the next read (the shared overview lives one second at most).
+    task = store.get("task-000")
+    assert task is not None and task.status is TaskStatus.PENDING
+    store.save(task.evolve(status=TaskStatus.RUNNING, status_version=2), expect_version=1)
+    import time
+
+    time.sleep(1.1)
+    again = shown_counts(web.get("/").text)
+    assert again["pending"] == expected["pending"] - 1
+    assert again["running"] == expected["running"] + 1
+    assert again["total"] == expected["total"]
+
+
+# -- the list ------------------------------------------------------------------------------------
+
+FILTERS = [
+    ({}, TaskQuery()),
+    ({"status": ["running"]}, TaskQuery(statuses=frozenset({TaskStatus.RUNNING}))),
+    ({"status": ["failed", "lost"]},
+     TaskQuery(statuses=frozenset({TaskStatus.FAILED, TaskStatus.LOST}))),
+    ({"name": ["mail"]}, TaskQuery(name="mail")),  # exact: not mail.send
+    ({"prefix": ["mail"]}, TaskQuery(name_prefix="mail")),
+    ({"tag": ["io"]}, TaskQuery(tag="io")),  # exact: not ios
+    ({"bucket": ["1,3"]}, TaskQuery(buckets=frozenset({1, 3}))),
+    ({"bucket": ["2"], "status": ["pending"]},
+     TaskQuery(buckets=frozenset({2}), statuses=frozenset({TaskStatus.PENDING}))),
+    ({"pipeline": ["run-1"]}, TaskQuery(pipeline_run_id="run-1")),
+    ({"tag": ["<tag>"]}, TaskQuery(tag="<tag>")),
+    ({"name": ["nothing-like-it"]}, TaskQuery(name="nothing-like-it")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("order", ["oldest", "newest"])
+@pytest.mark.parametrize(("params", "query"), FILTERS)
+def test_each_filter_shows_exactly_what_query_finds_in_its_order(
+    web: TestClient, store: TaskStore, params: dict[str, list[str]], query: TaskQuery, order: str
+) -> None:
+    fill(store)
+    pairs = [(k, v) for k, values in params.items() for v in values]
+    page = web.get("/tasks?" + urlencode([*pairs, ("order", order), ("limit", "500")]))
+    assert page.status_code == 200
+    expected = store.query(TaskQuery(**{**query.__dict__, "newest_first": order == "newest"}))
+    assert row_ids(page.text) == [t.task_id for t in expected]
+    if not expected:
+        assert "No task matches these filters" in page.text
+
+
+def walk(web: TestClient, url: str, direction: str) -> list[list[str]]:
+    pages: list[list[str]] = []
+    next_url: str | None = url
+    while next_url is not None:
+        page = web.get(next_url)
+        assert page.status_code == 200
+        pages.append(row_ids(page.text))
+        next_url = link(page.text, direction)
+        assert len(pages) < 100, "paging does not end"
+    return pages
+
+
+@pytest.mark.parametrize("order", ["oldest", "newest"])
+@pytest.mark.parametrize("size", [1, 7, 17, 68])
+def test_paging_walks_every_task_once_forwards_and_backwards(
+    web: TestClient, store: TaskStore, order: str, size: int
+) -> None:
+    tasks = fill(store)
+    expected = [t.task_id for t in store.query(TaskQuery(newest_first=order == "newest"))]
+    assert len(expected) == len(tasks) == 68
+    forwards = walk(web, f"/tasks?order={order}&limit={size}", "next-page")
+    assert [i for page in forwards for i in page] == expected
+    assert all(len(page) == size for page in forwards[:-1]) and 0 < len(forwards[-1]) <= size
+    # From the last page back to the first through "previous": the same pages, reversed.
+    last = web.get(f"/tasks?order={order}&limit={size}")
+    url = link(last.text, "next-page")
+    while url is not None:
+        last_url, url = url, link(web.get(url).text, "next-page")
+    if len(forwards) > 1:
+        backwards = walk(web, last_url, "prev-page")
+        assert backwards == list(reversed(forwards))
+
+
+def test_paging_with_a_filter_and_the_first_page_link(web: TestClient, store: TaskStore) -> None:
+    fill(store)
+    expected = [t.task_id for t in store.query(TaskQuery(name_prefix="mail"))]
+    pages = walk(web, "/tasks?prefix=mail&limit=5", "next-page")
+    assert [i for page in pages for i in page] == expected
+    second = web.get(link(web.get("/tasks?prefix=mail&limit=5").text, "next-page") or "")
+    first = link(second.text, "first-page")
+    assert first is not None and "after" not in first and "prefix=mail" in first
+
+
+def test_a_page_after_a_pruned_task_still_follows_on(web: TestClient, store: TaskStore) -> None:
+    fill(store)
+    mark = f"{int((BASE.timestamp()) * 1_000_000)}.task-000"  # the first task's mark
+    page = web.get("/tasks?limit=500&after=" + quote(mark, safe=""))
+    expected = [t.task_id for t in store.query()][1:]
+    assert row_ids(page.text) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("/tasks?status=bogus", "status must be one of"),
+        ("/tasks?limit=0", "limit must be"),
+        ("/tasks?limit=501", "limit must be"),
+        ("/tasks?limit=x", "limit must be"),
+        ("/tasks?bucket=-1", "bucket must be"),
+        ("/tasks?order=sideways", "order must be"),
+        ("/tasks?after=1.a&before=1.b", "not both"),
+        ("/tasks?after=nonsense", "after must be"),
+        ("/tasks?before=99999999999999999999.x", "before"),
+        ("/tasks?name=a&name=b", "given 2 times"),
+        ("/tasks?colour=red", "unknown parameter"),
+    ],
+)
+def test_a_bad_list_url_is_a_400_page_that_says_why(web: TestClient, url: str, says: str) -> None:
+    page = web.get(url)
+    assert page.status_code == 400
+    message = re.search(r'id="error-message">([^<]*)<', page.text)
+    assert message is not None and says in unescape(message.group(1))
+
+
+# -- a task --------------------------------------------------------------------------------------
+
+
+def test_a_task_page_shows_its_state_history_params_and_failure(
+    web: TestClient, store: TaskStore
+) -> None:
+    fill(store)
+    store.append(Transition("task-000", 1, None, TaskStatus.PENDING, BASE, "submitted by me"))
+    store.append(Transition("task-000", 2, TaskStatus.PENDING, TaskStatus.RUNNING, BASE))
+    page = web.get("/tasks/task-000")
+    assert page.status_code == 200
+    text = unescape(page.text)
+    assert 'data-status="pending"' in text and 'data-version="1"' in text
+    assert "submitted by me" in text and text.count("<li>") >= 2
+    assert '"i": 0' in text  # params, as JSON
+    assert "bad <input>" in text and "Traceback ..." in text  # the failure, escaped in HTML
+    assert "bad <input>" not in page.text
+    assert 'id="progress-bar"' in page.text and 'aria-valuenow="0.0"' in page.text
+    assert "No command was sent" in text or "cannot list" in text
+    assert "btn-stop" not in page.text  # read-only by default
+
+
+@pytest.mark.parametrize("task_id", AWKWARD_IDS)
+def test_any_task_id_has_a_page_and_its_markup_is_escaped(
+    web: TestClient, store: TaskStore, task_id: str
+) -> None:
+    fill(store)
+    page = web.get("/tasks/" + quote(task_id, safe=""))
+    assert page.status_code == 200
+    assert "<b>bold</b>" not in page.text and "<tag>" not in page.text
+    listed = web.get("/tasks?name=odd&limit=500")
+    assert task_id in row_ids(listed.text)
+
+
+def test_an_unknown_task_is_a_404_page(web: TestClient, store: TaskStore) -> None:
+    page = web.get("/tasks/no-such-task")
+    assert page.status_code == 404 and "does not exist" in page.text
+
+
+def test_static_files_ship_with_the_package(web: TestClient) -> None:
+    js = web.get("/static/dashboard.js")
+    assert js.status_code == 200 and "EventSource" in js.text
+    assert web.get("/static/dashboard.css").status_code == 200
+    assert "http" not in js.text.replace("https://", "")  # nothing fetched from elsewhere

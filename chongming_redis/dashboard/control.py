@@ -113,6 +113,9 @@ async def control_api(request: Request) -> Response:
         return JSONResponse({"error": "no_such_task", "message": str(exc)}, status_code=404)
     except ValueError as exc:
         return JSONResponse({"error": "refused", "message": str(exc)}, status_code=409)
+    if outcome == "no-such-task":
+        return JSONResponse({"error": "no_such_task", "message": f"no task {task_id!r}"},
+                            status_code=404)  # fmt: skip
     return JSONResponse({"task_id": task_id, "action": action, "outcome": outcome})
 
 

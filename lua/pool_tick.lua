@@ -12,6 +12,8 @@ KEYS[1]  {ns}:workers        zset: worker -> heartbeat expiry (ms, store clock)
 KEYS[2]  {ns}:bucket-owner   hash: bucket -> worker
 KEYS[3]  {ns}:bucket-until   hash: bucket -> lease expiry (ms)
 KEYS[4]  {ns}:meta           hash: num_buckets (recorded by the first worker)
+KEYS[5]  {ns}:worker-beat    hash: worker -> `now` of its last tick (ms): the same workers as
+                             KEYS[1], so a reader sees each heartbeat's age
 ARGV[1]  worker id
 ARGV[2]  now (ms, from the store clock)
 ARGV[3]  lease (ms)
@@ -25,11 +27,13 @@ Replies
   {'BADARG', detail}
 
 Invariants: a bucket has at most one owner whose lease is valid at `now`; a worker only ever
-renews or releases its own leases. Bound: O(num_buckets) commands (num_buckets <= 65536).
+renews or releases its own leases; worker-beat lists exactly the workers of KEYS[1] (a worker
+dropped as expired, or leaving, leaves both here). Bound: O(num_buckets + expired workers)
+commands (num_buckets <= 65536).
 ]]
 --- @include "lib/common"
 
-local workers, owners, untils, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local workers, owners, untils, meta, beats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local me, now, lease, num_buckets, leaving = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if not me or me == '' then return badarg('worker id missing') end
 for _, v in ipairs({ now, lease, num_buckets }) do
@@ -46,11 +50,16 @@ if not recorded then rcall('HSET', meta, 'num_buckets', num_buckets) end
 
 local now_n, until_n = tonumber(now), tonumber(now) + tonumber(lease)
 local until_s = string.format('%d', until_n)
+-- The expired workers leave the beats too (one HDEL each: no unpack limit to worry about).
+local expired = rcall('ZRANGEBYSCORE', workers, '-inf', now)
+for i = 1, #expired do rcall('HDEL', beats, expired[i]) end
 rcall('ZREMRANGEBYSCORE', workers, '-inf', now)
 if leaving == '1' then
   rcall('ZREM', workers, me)
+  rcall('HDEL', beats, me)
 else
   rcall('ZADD', workers, until_s, me)
+  rcall('HSET', beats, me, now)
 end
 
 local held = {}

@@ -1,10 +1,11 @@
 #!lua
---[[ prune: drop the oldest terminal tasks beyond the newest `keep`, with their history.
+--[[ prune: drop the oldest terminal tasks beyond the newest `keep`, with their history and
+their command lists ({ns}:tc:<id>; the command hashes themselves stay, readable by id).
 
 KEYS[1]  {ns}:       the namespace root; every key is derived from it: {ns}:counts (the terminal
                      total, and the buckets of each terminal status), {ns}:nm:<st>:<b> (the
-                     names), the composite index {ns}:ix:<st>:<b>:<name>, the task, history and
-                     change-feed keys
+                     names), the composite index {ns}:ix:<st>:<b>:<name>, the task, history,
+                     command list and change-feed keys
 ARGV[1]  keep: how many of the newest terminal tasks to keep
 ARGV[2]  batch: the most tasks this call may drop (the caller loops)
 
@@ -158,7 +159,7 @@ if broken then return broken end
 -- All checks passed; from here on only writes.
 for i = 1, #doomed do
   local d = doomed[i]
-  if d.key then rcall('DEL', d.key, root .. 'h:' .. d.id) end
+  if d.key then rcall('DEL', d.key, root .. 'h:' .. d.id, root .. 'tc:' .. d.id) end
 end
 index_flush()
 feed_flush(root)

@@ -30,11 +30,7 @@ MEMORY = frozenset(
         "CommandInspectingStore",
     }
 )
-REDIS = (MEMORY - {"PagedQueryStore", "CommandInspectingStore"}) | {
-    "BucketPoolStore",
-    "NudgeStore",
-    "RecordedBucketsStore",
-}
+REDIS = MEMORY | {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore", "WorkerBeatsStore"}
 
 
 class TestInMemoryExtensions(ExtensionsContract):

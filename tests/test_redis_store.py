@@ -66,7 +66,7 @@ def test_every_key_of_any_identifier_stays_in_the_namespace_slot(ident: str) -> 
     slot = key_slot(b"ns1")
     built = [keys.task(ident), keys.history(ident), keys.command(ident), keys.tag(ident),
              keys.index("pending", 7, ident), keys.bucket_names("pending", 7),
-             keys.pipeline(ident), keys.claim_memo(ident)]  # fmt: skip
+             keys.pipeline(ident), keys.claim_memo(ident), keys.task_commands(ident)]  # fmt: skip
     for key in built:
         assert key.startswith("{ns1}:")
         assert key_slot(key.encode()) == slot, key
@@ -76,14 +76,16 @@ def test_every_key_of_any_identifier_stays_in_the_namespace_slot(ident: str) -> 
 @given(a=IDS, b=IDS)
 def test_keys_of_different_kinds_never_collide(a: str, b: str) -> None:
     keys = Keys("ns1")
-    builders = [keys.task, keys.history, keys.command, keys.tag, keys.pipeline,
-                keys.claim_memo, lambda x: keys.index("lost", 3, x)]  # fmt: skip
+    builders = [keys.task, keys.history, keys.command, keys.tag, keys.pipeline, keys.claim_memo,
+                keys.task_commands, lambda x: keys.index("lost", 3, x)]  # fmt: skip
     images = [(i, build(x)) for i, build in enumerate(builders) for x in (a, b)]
     fixed = {
         keys.bucket_names("lost", 3),
         keys.counts,
         keys.command_queue,
         keys.command_leases,
+        keys.workers,
+        keys.worker_beats,
     }
     for i, key in images:
         assert key not in fixed

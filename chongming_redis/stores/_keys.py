@@ -10,6 +10,9 @@ key                   type    meaning
 ``{ns}:t:<id>``       hash    one task (short field names, see ``TASK_FIELDS``)
 ``{ns}:h:<id>``       zset    the task's history; score = version, member = msgpack entry
 ``{ns}:c:<cid>``      hash    one control command (``COMMAND_FIELDS``)
+``{ns}:tc:<id>``      zset    the commands submitted for task ``id``; score = created_at (µs),
+                              member = command id. Dropped with the task by ``prune`` (the
+                              command hashes stay)
 ``{ns}:ix:<st>:<b>:<name>``  zset  tasks of status ``st`` in bucket ``b`` named ``name``;
                               score = created_at (µs). The one composite index behind the
                               status, bucket, name and name-prefix filters
@@ -22,6 +25,8 @@ key                   type    meaning
 ``{ns}:cr:<token>``   list    the command ids one ``claim_commands`` call leased (retry memo)
 ``{ns}:sr:<token>``   list    the task ids one ``start_tasks`` call started (retry memo)
 ``{ns}:workers``      zset    live pool workers; score = heartbeat expiry (ms)
+``{ns}:worker-beat``  hash    worker -> the ``now`` (ms) of its last ``pool_tick``; the same
+                              workers as ``{ns}:workers`` (written in the same step)
 ``{ns}:bucket-owner`` hash    bucket -> the worker holding its lease
 ``{ns}:bucket-until`` hash    bucket -> that lease's expiry (ms)
 ``{ns}:meta``         hash    ``num_buckets`` recorded by the first worker
@@ -117,6 +122,7 @@ class Keys:
         self.command_queue = self.root + "cq"
         self.command_leases = self.root + "cl"
         self.workers = self.root + "workers"
+        self.worker_beats = self.root + "worker-beat"
         self.bucket_owner = self.root + "bucket-owner"
         self.bucket_until = self.root + "bucket-until"
         self.meta = self.root + "meta"
@@ -133,6 +139,10 @@ class Keys:
 
     def command(self, command_id: str) -> str:
         return self.root + "c:" + command_id
+
+    def task_commands(self, task_id: str) -> str:
+        """The ids of the commands submitted for a task (``CommandInspectingStore``)."""
+        return self.root + "tc:" + task_id
 
     def index(self, status: str, bucket: int, name: str) -> str:
         """The composite index entry of a task; ``name`` comes last, so it may hold ``:``."""

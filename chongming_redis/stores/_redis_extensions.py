@@ -1,7 +1,9 @@
 """``RedisExtensions``: what ``RedisTaskStore`` offers beyond the 14 protocol methods — the
 runtime's named extensions (``stores/extensions.py``: batched starts and commits, the server
-clock, per-bucket counts, the bucket pool, the nudge channel) and the change feed — each one
-script or read. A mixin: ``RedisTaskStore`` provides the script calls and decoders it uses."""
+clock, per-bucket counts, the bucket pool, the nudge channel), what a dashboard reads (the
+commands of a task, the command backlog, the workers' last beats) and the change feed — each
+one script or one round trip. A mixin: ``RedisTaskStore`` provides the script calls and
+decoders it uses (``query_page`` lives beside ``query`` there)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import CorruptRecord, StoreError
 from chongming_redis.model import (
     ChangePage,
+    Command,
+    CommandBacklog,
     FeedStats,
     TaskSnapshot,
     TaskStatus,
@@ -118,7 +122,7 @@ class RedisExtensions:
         Returns ``(buckets this worker now holds, live workers)``; raises ``StoreError`` when
         the namespace recorded another ``num_buckets``."""
         k = self.keys
-        keys = [k.workers, k.bucket_owner, k.bucket_until, k.meta]
+        keys = [k.workers, k.bucket_owner, k.bucket_until, k.meta, k.worker_beats]
         now_ms = encode_dt(now) // 1000
         args = [worker, now_ms, max(1, round(lease_seconds * 1000)), num_buckets,
                 "1" if leaving else "0", len(wanted), *wanted]  # fmt: skip
@@ -155,6 +159,48 @@ class RedisExtensions:
             {int(b): _text(w) for b, w in owners.items()},
         )
 
+    def worker_beats(self) -> dict[str, datetime]:
+        """``WorkerBeatsStore``: ``{worker: the now of its last pool_tick}`` (ms precision),
+        one ``HGETALL``. ``pool_tick.lua`` writes it with ``{ns}:workers`` in the same step, so
+        it lists the workers ``pool_state`` lists."""
+        key = self.keys.worker_beats
+        raw: dict[bytes, bytes] = self._read(key, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
+        beats: dict[str, datetime] = {}
+        for worker, value in raw.items():
+            try:
+                beats[_text(worker, key)] = decode_dt(int(value) * 1000)
+            except ValueError:
+                raise CorruptRecord(key, _text(worker), f"{value!r} is not a time") from None
+        return beats
+
+    # -- what a dashboard reads of the commands --------------------------------------------
+
+    def task_commands(self, task_id: str, *, limit: int = 100) -> list[Command]:
+        """``CommandInspectingStore``: the task's newest ``limit`` commands, oldest first, in
+        one read-only script (``lua/task_commands.lua``) over ``{ns}:tc:<id>``."""
+        newest = check.check_task_commands(task_id, limit)
+        keys = [self.keys.task_commands(task_id), self.keys.root]
+        reply = self._run("task_commands", keys, [newest])
+        return [
+            ops.decode_command(self.keys, _text(reply[i]), pairs(reply[i + 1]))
+            for i in range(1, len(reply), 2)
+        ]
+
+    def command_backlog(self) -> CommandBacklog:
+        """``CommandInspectingStore``: ``ZCARD cq``, ``ZCARD cl`` and the oldest entry of
+        ``cq``, in one ``MULTI``/``EXEC`` (one round trip, one consistent moment)."""
+        k = self.keys
+        replies = self._read(k.command_queue, lambda c: _backlog_reads(c, k))
+        for key, result in zip((k.command_queue, k.command_leases, k.command_queue), replies):
+            if isinstance(result, redis.exceptions.ResponseError):
+                raise CorruptRecord(key, None, str(result))
+        unclaimed, leased, oldest = replies
+        try:
+            first = decode_dt(int(oldest[0][1])) if oldest else None
+        except ValueError as exc:
+            raise CorruptRecord(k.command_queue, None, f"score: {exc}") from None
+        return CommandBacklog(int(unclaimed), int(leased), first)
+
     @property
     def client(self) -> redis.Redis:
         """The redis-py client (for the runtime's pub/sub nudges)."""
@@ -189,3 +235,13 @@ class RedisExtensions:
         tasks = sum(self.counts().values())
         tombstones = int(tombs or 0)
         return FeedStats(int(head or 0), tasks + tombstones, tombstones)
+
+
+def _backlog_reads(client: redis.Redis, k: Keys) -> list[Any]:
+    """The three reads of ``command_backlog`` as one transaction; a failed read (a key of the
+    wrong type) comes back as its exception, in its place."""
+    pipe = client.pipeline(transaction=True)
+    pipe.zcard(k.command_queue)
+    pipe.zcard(k.command_leases)
+    pipe.zrange(k.command_queue, 0, 0, withscores=True)
+    return pipe.execute(raise_on_error=False)

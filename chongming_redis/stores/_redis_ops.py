@@ -58,6 +58,7 @@ from chongming_redis.stores.codec import (
     RowError,
     command_to_row,
     decode_dt,
+    encode_dt,
     row_to_command,
     row_to_snapshot,
     snapshot_to_row,
@@ -144,10 +145,15 @@ def query(
     *,
     page_size: int = QUERY_PAGE,
     page_budget: int = QUERY_BUDGET,
+    after: tuple[datetime, str] | None = None,
 ) -> Plan[list[TaskSnapshot]]:
     """``query`` script calls, one page of at most ``page_size`` matches each (examining at
-    most ``page_budget`` index entries when filters remain), until the limit or the end."""
-    q = check.check_query(query)
+    most ``page_budget`` index entries when filters remain), until the limit or the end.
+    ``after`` (``PagedQueryStore.query_page``) is where the first call starts: the script's
+    cursor is "the last entry examined", and it resumes strictly after it in the walking
+    direction (ties on ``created_at`` by task id in byte order), so any position works as a
+    cursor, a pruned task's too."""
+    q, position = check.check_query(query), check.check_after(after)
     if q.limit == 0 or q.statuses == frozenset() or q.buckets == frozenset():
         return []
     source_kind, source_arg = choose_source(q)
@@ -162,7 +168,7 @@ def query(
     # The composite index already applies every filter but tag and pipeline.
     exact_source = source_kind == "ix"
     results: list[TaskSnapshot] = []
-    cursor: tuple[str, str] = ("", "")
+    cursor = ("", "") if position is None else (str(encode_dt(position[0])), position[1])
     remaining = math.inf if q.limit is None else q.limit
     while remaining > 0:
         want = int(min(remaining, page_size))
@@ -245,7 +251,8 @@ def submit_command(keys: Keys, command: Command) -> Plan[None]:
         "0" if row["finished_at"] is None else "1",
         *writes,
     ]
-    script_keys = [keys.command(command.command_id), keys.command_queue, keys.command_leases]
+    script_keys = [keys.command(command.command_id), keys.command_queue, keys.command_leases,
+                   keys.task_commands(command.task_id)]  # fmt: skip
     yield script("submit_command", script_keys, args, command_id=command.command_id)
 
 

@@ -191,6 +191,7 @@ REPLIES: Mapping[str, Replies] = {
          "AHEAD": Code("the cursor is beyond the last position issued", _ahead),
          **_SHARED},
     ),
+    "task_commands": Replies({"OK": Code("the task's newest commands, oldest first"), **_SHARED}),
 }  # fmt: skip
 
 

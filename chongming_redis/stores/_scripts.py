@@ -88,5 +88,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "start_tasks",
     "commit_tasks",
     "changes",
+    "task_commands",
 )
-READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query", "changes"})
+READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query", "changes", "task_commands"})

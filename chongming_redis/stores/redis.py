@@ -161,6 +161,16 @@ class RedisTaskStore(RedisExtensions):
         plan = ops.query(self.keys, query, page_size=QUERY_PAGE, page_budget=QUERY_BUDGET)
         return self._perform(plan)
 
+    def query_page(
+        self, query: TaskQuery | None = None, *, after: tuple[datetime, str] | None = None
+    ) -> list[TaskSnapshot]:
+        """``PagedQueryStore``: ``query`` resumed strictly after ``after = (created_at,
+        task_id)``; the first script call starts from that cursor (``_redis_ops.query``)."""
+        plan = ops.query(
+            self.keys, query, page_size=QUERY_PAGE, page_budget=QUERY_BUDGET, after=after
+        )
+        return self._perform(plan)
+
     def counts(self) -> dict[TaskStatus, int]:
         return self._perform(ops.counts(self.keys))
 

@@ -33,6 +33,7 @@ from chongming_redis.dashboard.reads import (
 from chongming_redis.dashboard.state import DashboardState
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskSnapshot, TaskStatus, Tombstone
+from chongming_redis.stores.protocol import ChangeFeed
 
 TICK = 2.0
 PROGRESS_EVERY = 0.5
@@ -123,10 +124,14 @@ async def list_events(request: Request) -> Response:
     except BadFilter as exc:
         return Response(str(exc), status_code=400)
     render = dash.renderer
+    feed = dash.store
+    assert isinstance(feed, ChangeFeed)  # create_app refuses a store without one
 
     async def events() -> AsyncIterator[str]:
         sub, changes = dash.hub.subscribe(), Changes()
         try:
+            # The feed's head before the page is read: changes up to it are on the page already.
+            sub.since = (await to_thread.run_sync(feed.feed_stats)).head
             page = await to_thread.run_sync(read_list, dash.store, list_request)
             shown: dict[str, TaskSnapshot | Tombstone] = {t.task_id: t for t in page.tasks}
             row_of = {t.task_id: i for i, t in enumerate(page.tasks)}

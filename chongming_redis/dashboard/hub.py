@@ -37,6 +37,9 @@ PAGE = 256
 class Subscription:
     queue: asyncio.Queue[Sequence[Item]] = field(default_factory=lambda: asyncio.Queue(maxsize=64))
     overflowed: bool = False
+    #: Pages that end at or before this feed position are not handed to this subscriber: it
+    #: read the store after that position was issued, so it already shows them.
+    since: int = 0
 
 
 class Throughput:
@@ -134,14 +137,14 @@ class FeedHub:
             log.warning("the change feed went back behind position %s (a restore?): "
                         "following it from its new head", self.cursor)  # fmt: skip
             self.cursor = None
-            self._publish(())
+            self._publish((), 0)
             return True
         if not page.tasks:
             return False
         self.cursor = page.next_cursor
         for item in page.tasks:
             self.throughput.add(item)
-        self._publish(page.tasks)
+        self._publish(page.tasks, int(page.next_cursor))
         return True
 
     async def _start(self) -> str:
@@ -156,10 +159,12 @@ class FeedHub:
                 self.throughput.add(item)
             cursor = page.next_cursor
 
-    def _publish(self, items: Sequence[Item]) -> None:
+    def _publish(self, items: Sequence[Item], last_position: int) -> None:
         """An empty batch means "reload everything you show"."""
         self.generation += 1
         for sub in self._subscribers:
+            if items and last_position <= sub.since:
+                continue
             try:
                 sub.queue.put_nowait(items)
             except asyncio.QueueFull:

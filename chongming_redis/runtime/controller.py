@@ -46,6 +46,7 @@ from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.commands import CommandHandler
 from chongming_redis.runtime.config import ControllerConfig
+from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import HeldTasks, holder
 from chongming_redis.runtime.loops import every
 from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
@@ -78,10 +79,12 @@ class Controller:
         buckets: BucketPolicy | None = None,
         serve_buckets: Iterable[int] | None = None,
         retry: RetryPolicy | None = None,
+        events: WorkerEvents | None = None,
         **timings: Any,
     ) -> None:
         """``config`` holds the timings; a timing given as a keyword (``task_lease=5``)
-        overrides it."""
+        overrides it. ``events``: an observer of the running worker (``runtime/events.py``;
+        ``chongming_redis.metrics.worker.WorkerMetrics`` for Prometheus)."""
         if not isinstance(store, TaskStore):
             raise TypeError(f"store must implement TaskStore, not {type(store).__name__}")
         self.store = store
@@ -94,8 +97,10 @@ class Controller:
         self.adapter = StoreAdapter(store, owner=self.owner)
         self.clock = ServerClock(self.adapter)
         self.held = HeldTasks()
+        self.events = events or NO_EVENTS
         self.writer = TaskWriter(self.adapter, owner=self.owner, clock=self.clock, held=self.held,
-                                 config=self.config, retry=retry or RetryPolicy())  # fmt: skip
+                                 config=self.config, retry=retry or RetryPolicy(),
+                                 events=self.events)  # fmt: skip
         self._running = threading.Event()
         self._accepting = threading.Event()
         self._wake_commands = threading.Event()
@@ -257,7 +262,7 @@ class Controller:
         self.bucket_pool = BucketPool(
             self.adapter.pool, owner=self.owner, num_buckets=self.buckets.num_buckets,
             clock=self.clock, on_change=self.serve, worker_lease=worker_lease,
-            announce=lambda: self.notifier.publish(POOL),
+            announce=lambda: self.notifier.publish(POOL), events=self.events,
         )  # fmt: skip
         self.serve(frozenset())  # nothing until the first tick says what is ours
         return self.bucket_pool
@@ -280,18 +285,20 @@ class Controller:
         self._running.set()
         self._accepting.set()
         self.runner.open(self.owner)
-        c, running = self.config, self._running
+        c, running, events = self.config, self._running, self.events
         loops: list[tuple[str, Callable[[], None]]] = [
             ("supervisor", lambda: supervise(self.writer, running)),
             ("commands", lambda: every(c.command_poll_interval, self.handle_commands,
                                        running=running, wake=self._wake_commands,
-                                       what="claim commands")),
+                                       what="claim commands", events=events,
+                                       operation="commands")),
             ("starter", lambda: every(c.start_poll_interval, self._start_if_accepting,
                                       running=running, wake=self._wake_starter,
-                                      what="look for work")),
+                                      what="look for work", events=events, operation="start")),
             ("reconciler", lambda: every(c.reconcile_interval, self._reconcile_once,
                                          running=running, wake=self._wake_reconciler,
-                                         what="reconcile")),
+                                         what="reconcile", events=events,
+                                         operation="reconcile")),
         ]  # fmt: skip
         if self.runner.group_commit:
             loops.append(("committer", lambda: self.runner.commit_finished(running)))

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from chongming_redis.errors import StoreError, StoreUnavailable
+from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 
 log = logging.getLogger("chongming_redis.runtime")
 
@@ -68,17 +69,19 @@ class OutageLog:
         self.logger.warning("Redis still unreachable after %.0f s (%d more failed call(s); "
                             "last: cannot %s: %s)", down_for, count, what, exc)  # fmt: skip
 
-    def succeeded(self) -> None:
-        """A store call succeeded: ends an outage, if there was one."""
+    def succeeded(self) -> bool:
+        """A store call succeeded: ends an outage, if there was one (then True: the caller
+        counts the reconnect, once per outage and process)."""
         if self._since is None:  # the common case, without the lock
-            return
+            return False
         with self._lock:
             if self._since is None:
-                return
+                return False
             down_for, failures = self.clock() - self._since, self._failures
             self._since, self._failures, self._unlogged = None, 0, 0
         self.logger.info("reconnected to Redis after %.1f s (%d failed call(s))",
                          down_for, failures)  # fmt: skip
+        return True
 
 
 #: One per process: a worker's threads report into it, so an outage is logged once.
@@ -94,12 +97,14 @@ def every(
     what: str,
     reaches_store: bool = False,
     outage: OutageLog = OUTAGE,
+    events: WorkerEvents = NO_EVENTS,
+    operation: str = "",
 ) -> None:
     """Run ``body`` every ``interval`` seconds, or at once when ``wake`` is set, while
     ``running`` is set. A ``StoreError`` is logged (``what`` says what failed) and the loop
     goes on: the store may come back. An unreachable store goes to ``outage``, which logs it
     rate-limited; ``reaches_store``: every run of ``body`` calls the store, so its success
-    ends an outage."""
+    ends an outage. ``events`` hears of each failure (as ``operation``) and of the reconnect."""
     while running.is_set():
         wake.wait(interval)
         wake.clear()
@@ -108,9 +113,11 @@ def every(
         try:
             body()
         except StoreUnavailable as exc:
+            events.store_error(operation)
             outage.failed(what, exc)
         except StoreError as exc:
+            events.store_error(operation)
             log.warning("cannot %s: %s", what, exc)
         else:
-            if reaches_store:
-                outage.succeeded()
+            if reaches_store and outage.succeeded():
+                events.reconnected()

@@ -24,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from chongming_redis.errors import StoreError, StoreUnavailable
+from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.loops import OUTAGE
 
 if TYPE_CHECKING:
@@ -111,10 +112,12 @@ class BucketPool:
         on_change: Callable[[frozenset[int]], None],
         worker_lease: float = 5.0,
         announce: Callable[[], None] | None = None,
+        events: WorkerEvents = NO_EVENTS,
     ) -> None:
         """``announce``: tell the other workers of the pool to tick now (a nudge); called
         after a tick that changed this worker's buckets, and on joining and leaving. Without
-        it (or when a nudge is lost) they notice at their next tick, ``worker_lease / 3``."""
+        it (or when a nudge is lost) they notice at their next tick, ``worker_lease / 3``.
+        ``events`` hears of the bucket count, the heartbeat's failures and the reconnect."""
         self.store = store
         self.owner = owner
         self.num_buckets = num_buckets
@@ -125,6 +128,7 @@ class BucketPool:
         self.live: list[str] = []
         self.moves = 0
         self.announce = announce or (lambda: None)
+        self.events = events
         #: Set by a nudge: the next tick happens now, not at the end of the interval.
         self.wake = threading.Event()
         self._stop = threading.Event()
@@ -155,6 +159,7 @@ class BucketPool:
             log.info("%s: buckets +[%s] -[%s] (now %d, %d live worker(s))",
                      self.owner, _ranges(gained), _ranges(lost), len(new), len(live))  # fmt: skip
             self.held = new
+            self.events.buckets_owned(len(new))
             self.on_change(new)
             # The others decide their shares from ours: a release lets a newcomer take the
             # buckets now, a take lets the old owner see it is done. Quiet when nothing moved,
@@ -177,11 +182,15 @@ class BucketPool:
             try:
                 self.tick()
             except StoreUnavailable as exc:  # logged once per outage, then summarised
+                self.events.store_error("pool")
                 OUTAGE.failed(f"send the pool heartbeat of {self.owner}", exc)
             except StoreError as exc:
+                self.events.store_error("pool")
                 log.error("%s: pool: %s", self.owner, exc)
             else:
-                OUTAGE.succeeded()  # a tick always reaches the store: Redis is back
+                # A tick always reaches the store: Redis is back.
+                if OUTAGE.succeeded():
+                    self.events.reconnected()
 
     def stop(self) -> None:
         """Leave the pool: release every bucket and unregister, so others take over at once."""

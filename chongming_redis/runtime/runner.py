@@ -37,7 +37,7 @@ from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.context import TaskContext, TaskInterrupted, TaskLost, TaskStopped
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
-from chongming_redis.runtime.task_log import log_ended, log_started
+from chongming_redis.runtime.task_log import TaskLog
 from chongming_redis.runtime.window import Window
 from chongming_redis.runtime.writer import TaskWriter
 from chongming_redis.stores.codec import encode_payload
@@ -66,6 +66,7 @@ class Runner:
         self.serving = serving
         self.accepting = accepting
         self.wake_starter = wake_starter
+        self.log = TaskLog(writer.events)  # the lines per task, and the metrics' events
         self.group_commit = False
         self.commits: queue.SimpleQueue[Held] = queue.SimpleQueue()
         self._executor: ThreadPoolExecutor | None = None
@@ -209,7 +210,7 @@ class Runner:
         loop. That thread is free at once: work items never outnumber held slots."""
         assert self._loop is not None
         started = time.monotonic()
-        log_started(held)
+        self.log.started(held)
         future = self._loop.submit(held.ctx, task_type.fn,
                                    lambda: task_type.load(held.snapshot.params))  # fmt: skip
 
@@ -266,7 +267,7 @@ class Runner:
         record how it ended."""
         snapshot, ctx = held.snapshot, held.ctx
         task_type = self.app.types[snapshot.name]
-        log_started(held)
+        self.log.started(held)
         try:
             ctx.gate()  # stopped or paused while it waited for this slot (prefetched)
             params = task_type.load(snapshot.params)
@@ -286,7 +287,7 @@ class Runner:
         if isinstance(exc, TaskLost) and _ours(exc, ctx, ctx.lost_reason is not None):
             self._lost(held, ctx.lost_reason or str(exc), started)
         elif isinstance(exc, TaskStopped) and _ours(exc, ctx, ctx.stop_requested):
-            log_ended(held, logging.INFO, "stopped", started)
+            self.log.ended(held, "stopped", started)
             self.finish(held, TaskStatus.STOPPED, reason="stop requested")
         elif isinstance(exc, ChildFailed):
             failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
@@ -312,18 +313,17 @@ class Runner:
             message = f"result is {len(encoded)} bytes; at most {limit} are stored"
             self._fail(held, Failure("ResultTooLarge", message), started)
             return
-        log_ended(held, logging.INFO, "succeeded", started)
+        self.log.ended(held, "succeeded", started)
         # failure=None: a retried task that now succeeds no longer shows the earlier failure
         self.finish(held, TaskStatus.SUCCEEDED, result=result, failure=None)  # fmt: skip
 
     def _lost(self, held: Held, why: str, started: float) -> None:
         """A task this process lost: nothing more is written, its result is discarded."""
-        log_ended(held, logging.ERROR, "lost", started, f"{why}; its result is discarded")
+        self.log.ended(held, "lost", started, f"{why}; its result is discarded")
         self.held.forget(held)
 
     def _fail(self, held: Held, failure: Failure, started: float) -> None:
-        log_ended(held, logging.WARNING, "failed", started,
-                   f"{failure.error_type}: {failure.message}")  # fmt: skip
+        self.log.ended(held, "failed", started, f"{failure.error_type}: {failure.message}")
         # With retry_failures, the next attempt is written with the failure, in one write.
         retry = "failed" if self.writer.retry.retry_failures else None
         self.finish(held, TaskStatus.FAILED, failure=failure, retry_after=retry)

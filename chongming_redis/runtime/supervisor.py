@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from chongming_redis.errors import StoreUnavailable
+from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.runtime.held import Held
 from chongming_redis.runtime.loops import OUTAGE
 from chongming_redis.runtime.writer import TaskWriter
@@ -17,28 +17,36 @@ log = logging.getLogger("chongming_redis.runtime")
 
 
 def supervise(writer: TaskWriter, running: threading.Event) -> None:
-    config = writer.config
+    config, events = writer.config, writer.events
     tick = min(config.progress_interval, config.task_lease / 4)
     while running.is_set():
         time.sleep(tick)
+        renewed = 0
         for held in writer.held.all():
             try:
-                supervise_one(writer, held)
+                renewed += supervise_one(writer, held)
             except StoreUnavailable as exc:  # logged once per outage, then summarised
+                events.store_error("supervise")
                 OUTAGE.failed(f"supervise {held.task_id}", exc)
             except Exception as exc:  # keep supervising the others
+                if isinstance(exc, StoreError):
+                    events.store_error("supervise")
                 log.warning("%s: supervising %s: %s", writer.owner, held.task_id, exc)
+        if renewed:  # one call per tick, not per task
+            events.leases_renewed(renewed)
 
 
-def supervise_one(writer: TaskWriter, held: Held) -> None:
+def supervise_one(writer: TaskWriter, held: Held) -> bool:
+    """One held task's turn in the tick; True when its lease was renewed."""
     if held.queued:
-        return  # the committer writes it
+        return False  # the committer writes it
     if held.pending and writer.flush(held) and held.done:
         writer.held.forget(held)
-        return
+        return False
     if held.done:
-        return
+        return False
     if time.monotonic() - held.lease_renewed_at >= writer.config.task_lease / 3:
-        writer.renew_lease(held)
-    elif held.ctx.progress_dirty or held.ctx.beats != held.heartbeat_written:
+        return writer.renew_lease(held)
+    if held.ctx.progress_dirty or held.ctx.beats != held.heartbeat_written:
         writer.touch(held, lease=False)
+    return False

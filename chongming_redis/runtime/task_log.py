@@ -1,31 +1,53 @@
 """The worker's line per task start and end (logger ``chongming_redis.runtime.tasks``):
 ``task <id> <name> started (attempt 1)``, ``task <id> <name> succeeded in 12.3 ms``, and
-``failed``/``stopped``/``lost`` with the reason. Built only when the level is enabled."""
+``failed``/``stopped``/``lost`` with the reason. Built only when the level is enabled.
+
+``TaskLog`` also tells the controller's ``WorkerEvents`` (metrics): a task's start and end are
+counted exactly where its lines are written, so the two always agree."""
 
 from __future__ import annotations
 
 import logging
 import time
 
+from chongming_redis.runtime.events import Ending, WorkerEvents
 from chongming_redis.runtime.held import Held
 
 task_log = logging.getLogger("chongming_redis.runtime.tasks")
 
+#: The level of each ending's line: a failure is a WARNING, a loss an ERROR.
+LEVELS: dict[Ending, int] = {
+    "succeeded": logging.INFO,
+    "stopped": logging.INFO,
+    "failed": logging.WARNING,
+    "lost": logging.ERROR,
+}
 
-def log_started(held: Held) -> None:
-    if task_log.isEnabledFor(logging.INFO):
+
+class TaskLog:
+    """One per runner: the start and end of each task, to the log and to ``events``."""
+
+    def __init__(self, events: WorkerEvents) -> None:
+        self.events = events
+
+    def started(self, held: Held) -> None:
         snapshot = held.snapshot
-        _emit(logging.INFO, "task %s %s started (attempt %d)",
-              snapshot.task_id, snapshot.name, snapshot.attempt)  # fmt: skip
+        self.events.task_started(snapshot.name)
+        if task_log.isEnabledFor(logging.INFO):
+            _emit(logging.INFO, "task %s %s started (attempt %d)",
+                  snapshot.task_id, snapshot.name, snapshot.attempt)  # fmt: skip
 
-
-def log_ended(held: Held, level: int, how: str, started: float, detail: str | None = None) -> None:
-    """``task <id> <name> succeeded in 12.3 ms`` (``: <detail>`` after a failure or loss)."""
-    if task_log.isEnabledFor(level):
-        ms = (time.monotonic() - started) * 1000
+    def ended(self, held: Held, ending: Ending, started: float, detail: str | None = None) -> None:
+        """``task <id> <name> succeeded in 12.3 ms`` (``: <detail>`` after a failure or loss);
+        ``started``: ``time.monotonic()`` when it started."""
+        seconds = time.monotonic() - started
         snapshot = held.snapshot
-        suffix = "" if detail is None else f": {detail}"
-        _emit(level, "task %s %s %s in %.1f ms%s", snapshot.task_id, snapshot.name, how, ms, suffix)
+        self.events.task_ended(snapshot.name, ending, seconds)
+        level = LEVELS[ending]
+        if task_log.isEnabledFor(level):
+            suffix = "" if detail is None else f": {detail}"
+            _emit(level, "task %s %s %s in %.1f ms%s", snapshot.task_id, snapshot.name, ending,
+                  seconds * 1000, suffix)  # fmt: skip
 
 
 def _emit(level: int, message: str, *args: object) -> None:

@@ -23,6 +23,7 @@ from chongming_redis.errors import ConcurrencyConflict, StoreError, StoreUnavail
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.config import ControllerConfig
+from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import Held, HeldTasks, advance, without_lease
 from chongming_redis.runtime.retry import RetryPolicy
 from chongming_redis.runtime.store_adapter import StoreAdapter
@@ -40,6 +41,7 @@ class TaskWriter:
         held: HeldTasks,
         config: ControllerConfig,
         retry: RetryPolicy,
+        events: WorkerEvents = NO_EVENTS,
     ) -> None:
         self.adapter = adapter
         self.store = adapter.store
@@ -48,6 +50,8 @@ class TaskWriter:
         self.held = held
         self.config = config
         self.retry = retry
+        #: The controller's observer (metrics); the runner and the loops report through it.
+        self.events = events
         self._hand_backs = threading.Lock()
 
     # -- held tasks: state changes ---------------------------------------------------------
@@ -84,6 +88,7 @@ class TaskWriter:
                 held.pending.clear()
                 return True
             except StoreUnavailable as exc:
+                self.events.store_error("write")
                 self.log_buffered(held, exc)
                 return False
             except ConcurrencyConflict as exc:
@@ -112,6 +117,7 @@ class TaskWriter:
             try:
                 results = self.adapter.commit(items) if items else []
             except StoreError as exc:  # the supervisor flushes them one by one later
+                self.events.store_error("write")
                 for held in dirty:
                     self.log_buffered(held, exc)
                 return
@@ -198,12 +204,14 @@ class TaskWriter:
 
     # -- held tasks: leases, heartbeats, progress ------------------------------------------
 
-    def renew_lease(self, held: Held) -> None:
+    def renew_lease(self, held: Held) -> bool:
         started = time.monotonic()
-        if self.touch(held, lease=True):
-            held.lease_renewed_at = started
-            # Our own deadline ends before the store's: a margin for the round trip and skew.
-            held.ctx.extend_lease(started + self.config.task_lease * 0.8)
+        if not self.touch(held, lease=True):
+            return False
+        held.lease_renewed_at = started
+        # Our own deadline ends before the store's: a margin for the round trip and skew.
+        held.ctx.extend_lease(started + self.config.task_lease * 0.8)
+        return True
 
     def touch(self, held: Held, *, lease: bool) -> bool:
         """Write progress, a heartbeat (if the task beat) and, with ``lease``, the lease —
@@ -226,6 +234,7 @@ class TaskWriter:
                     held.task_id, expect_version=held.stored_version, **args
                 )
             except StoreUnavailable:
+                self.events.store_error("lease")
                 ctx.progress_dirty = progress is not None or ctx.progress_dirty
                 return False
             if applied:  # later saves write the whole row: carry what touch wrote
@@ -296,4 +305,5 @@ class TaskWriter:
         try:
             self.store.complete_command(command_id, now=now, outcome=outcome)
         except StoreError as exc:  # its lease expires and it is handled again
+            self.events.store_error("complete_command")
             log.warning("%s: command %s not completed: %s", self.owner, command_id, exc)

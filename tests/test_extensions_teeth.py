@@ -15,11 +15,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 import pytest
 
 from chongming_redis.model import TaskSnapshot
+from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
@@ -56,14 +58,16 @@ def test_there_are_enough_broken_stores_and_each_names_its_test() -> None:
 
 
 def test_every_test_the_reference_runs_pins_a_broken_store() -> None:
-    """Only the Redis-only extensions (the bucket pool, its recorded count and the nudges),
-    which the in-memory reference does not implement, have no broken store here."""
+    """Only the Redis-only extensions (the bucket pool, its recorded count, the nudges and the
+    worker beats), which the in-memory reference does not implement, have no broken store
+    here; the work nudge and the beats are pinned by broken Redis stores below."""
     redis_only = {
         "test_pool_ticks_take_free_buckets_and_never_give_one_two_owners",
         "test_a_pool_tick_with_another_num_buckets_is_refused_and_writes_nothing",
         "test_the_nudge_channel_names_a_namespace_and_a_client",
         "test_a_store_that_publishes_work_does_so_for_each_create_and_only_then",
         "test_recorded_num_buckets_is_what_the_first_pool_member_recorded",
+        BEATS_TEST,
     }
     assert set(CONTRACT_TESTS) - set(CAUGHT_BY.values()) == redis_only
 
@@ -130,3 +134,71 @@ def test_the_work_nudge_test_passes_the_redis_store(redis_proc: RedisProc) -> No
         return RedisTaskStore.from_url(redis_proc.url, namespace=f"nudge-{uuid.uuid4().hex[:8]}")
 
     assert failures_of(ExtensionsContract, make, expected_extensions=REDIS) == {}
+
+
+# -- the worker beats (Redis only: the in-memory store has no pool) ------------------------------
+
+
+BEATS_TEST = "test_worker_beats_follow_join_tick_leave_and_expiry"
+
+
+class BeatsAreTheExpiry(RedisTaskStore):
+    """Gives each worker's heartbeat expiry (what pool_state has) instead of its last tick:
+    every heartbeat looks a lease younger than it is."""
+
+    def worker_beats(self) -> dict[str, datetime]:
+        return self.pool_state()[0]
+
+
+class _KeepsBeats(RedisTaskStore):
+    """Puts back, after each tick, the beats of the workers ``dropped`` names: the hash then
+    holds workers ``{ns}:workers`` no longer does (pool_tick.lua without one of its HDELs)."""
+
+    def pool_tick(
+        self,
+        *,
+        worker: str,
+        now: datetime,
+        lease_seconds: float,
+        num_buckets: int,
+        wanted: Sequence[int],
+        leaving: bool = False,
+    ) -> tuple[list[int], list[str]]:
+        before = self.worker_beats()
+        result = super().pool_tick(
+            worker=worker, now=now, lease_seconds=lease_seconds, num_buckets=num_buckets,
+            wanted=wanted, leaving=leaving,
+        )  # fmt: skip
+        gone = set(before) - set(self.worker_beats())
+        for name in self.dropped(gone, worker, leaving):
+            self.client.hset(self.keys.worker_beats, name, encode_dt(before[name]) // 1000)
+        return result
+
+    def dropped(self, gone: set[str], worker: str, leaving: bool) -> set[str]:
+        raise NotImplementedError
+
+
+class BeatsStayAfterLeaving(_KeepsBeats):
+    """A worker that leaves keeps its beat."""
+
+    def dropped(self, gone: set[str], worker: str, leaving: bool) -> set[str]:
+        return gone & {worker} if leaving else set()
+
+
+class BeatsStayAfterExpiry(_KeepsBeats):
+    """A worker dropped as expired keeps its beat."""
+
+    def dropped(self, gone: set[str], worker: str, leaving: bool) -> set[str]:
+        return gone - {worker}
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("broken", [BeatsAreTheExpiry, BeatsStayAfterLeaving, BeatsStayAfterExpiry])
+def test_the_worker_beats_test_fails_a_redis_store_that_breaks_it(
+    redis_proc: RedisProc, broken: type[RedisTaskStore]
+) -> None:
+    def make() -> TaskStore:
+        return broken.from_url(redis_proc.url, namespace=f"beats-{uuid.uuid4().hex[:8]}")
+
+    failures = failures_of(ExtensionsContract, make, expected_extensions=REDIS)
+    assert set(failures) == {BEATS_TEST}, failures

@@ -44,6 +44,8 @@ from chongming_redis.stores.extensions import (
     extensions_of,
 )
 from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.testing.contract.dashboard_reads import DashboardReadsContract
+from chongming_redis.testing.contract.paged_queries import PagedQueryContract
 from chongming_redis.testing.contract.producer_reads import ProducerReadsContract
 from chongming_redis.testing.contract.support import (
     PAUSED,
@@ -73,7 +75,9 @@ def entry(task_id: str, version: int, to: TaskStatus = P, reason: str | None = N
     return Transition(task_id, version, before, to, at(version), reason)
 
 
-class ExtensionsContract(ProducerReadsContract, ContractBase):
+class ExtensionsContract(
+    ProducerReadsContract, PagedQueryContract, DashboardReadsContract, ContractBase
+):
     """The extensions' contract as test methods. Define ``make_store`` and
     ``expected_extensions``. The store fixture (``setup_method``/``teardown_method``) and the
     helpers ``close_store``/``put`` are ``StoreContract``'s (``contract/support.py``)."""

@@ -96,6 +96,7 @@ def test_a_retried_submit_command_is_not_reported_as_already_existing(
     sent = evalshas_during(proxy, lambda: store.submit_command(command))
 
     assert toxic.fired == 1 and sent == 2
+    assert store.task_commands("t1") == [command], "listed under its task once"
     (claimed,) = store.claim_commands(now=T0, lease_seconds=30)
     assert claimed.command_id == "c1"
 

@@ -7,6 +7,7 @@ unless ``--allow-control``; then it prints the sign-in link with the token once.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import socket
 from typing import Annotated
@@ -57,8 +58,11 @@ def dashboard(
             raise UserError(f"--port must be from 0 to 65535, not {port}")
         store = open_store(redis, namespace, check_server=False)
         sock = _listen(host, port)
-        serve(store, sock, namespace=namespace, redis=redis or "",
-              token=(token or secrets.token_urlsafe(24)) if allow_control else None)  # fmt: skip
+        control_token = (token or secrets.token_urlsafe(24)) if allow_control else None
+        # uvicorn shuts down cleanly on Ctrl-C, then re-raises it: that is a normal stop.
+        with contextlib.suppress(KeyboardInterrupt):
+            serve(store, sock, namespace=namespace, redis=redis or "", token=control_token)
+        console.print("dashboard stopped", highlight=False)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -1,0 +1,123 @@
+"""``chongming-redis dashboard`` as a user runs it: it says where it listens, serves the pages
+and metrics, prints the sign-in link only with ``--allow-control``, stops on Ctrl-C; every
+mistake (no Redis, a port in use, a bad port, a token without control) is one line, exit 1."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.redis_server import RedisProc
+from tests.test_cli_control import one_error_line
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "a-token-of-twenty-chars"
+
+
+def environment(url: str | None, namespace: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
+    if url is not None:
+        env["CHONGMING_REDIS_URL"] = url
+    env["CHONGMING_NAMESPACE"] = namespace
+    return env
+
+
+def cli(*args: str, url: str | None, namespace: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chongming_redis.cli", "dashboard", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=environment(url, namespace))  # fmt: skip
+
+
+@contextmanager
+def dashboard(*args: str, url: str, namespace: str) -> Iterator[tuple[str, list[str]]]:
+    """The running dashboard: its base URL and the lines it printed at start."""
+    with subprocess.Popen([sys.executable, "-m", "chongming_redis.cli", "dashboard",
+                           "--port", "0", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          env=environment(url, namespace)) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            lines = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
+            found = re.search(r"(http://127\.0\.0\.1:\d+)/$", lines[0])
+            assert found is not None, lines
+            yield found.group(1), lines
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=15)
+            assert proc.returncode == 0, err
+            assert "Traceback" not in err and out.strip().endswith("dashboard stopped")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def test_it_serves_the_pages_read_only_by_default(redis_proc: RedisProc, namespace: str) -> None:
+    with dashboard(url=redis_proc.url, namespace=namespace) as (base, lines):
+        assert f"namespace {namespace!r}" in lines[0] and redis_proc.url in lines[0]
+        assert lines[1].startswith("read-only")
+        assert httpx.get(base + "/").status_code == 200
+        assert httpx.get(base + "/tasks").status_code == 200
+        assert "chongming_tasks{" in httpx.get(base + "/metrics").text
+        assert httpx.get(base + "/login").status_code == 404
+
+
+def test_allow_control_prints_the_sign_in_link_that_works(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    with dashboard("--allow-control", url=redis_proc.url, namespace=namespace) as (base, lines):
+        found = re.search(r"sign in at (\S+)$", lines[1])
+        assert found is not None and found.group(1).startswith(base + "/login?token=")
+        signed = httpx.get(found.group(1), follow_redirects=False)
+        assert signed.status_code == 303 and "chongming_session" in signed.headers["set-cookie"]
+        token = found.group(1).split("token=", 1)[1]
+        assert len(token) >= 16
+    with dashboard("--allow-control", "--token", TOKEN, url=redis_proc.url,
+                   namespace=namespace) as (base, lines):  # fmt: skip
+        assert lines[1].endswith(f"login?token={TOKEN}")
+
+
+def test_a_port_in_use_is_one_line(redis_proc: RedisProc, namespace: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = cli("--port", str(port), url=redis_proc.url, namespace=namespace)
+    one_error_line(result, 1, f"cannot listen on 127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--port", "70000"), "--port must be from 0 to 65535"),
+        (("--port", "x"), "port"),
+        (("--token", TOKEN), "--token is for --allow-control"),
+        (("--allow-control", "--token", "short"), "at least 16 characters"),
+    ],
+)
+def test_bad_options_are_one_line(
+    redis_proc: RedisProc, namespace: str, args: tuple[str, ...], says: str
+) -> None:
+    one_error_line(cli(*args, url=redis_proc.url, namespace=namespace), 1, says)
+
+
+def test_no_redis_or_an_unreachable_one_is_one_line(namespace: str) -> None:
+    one_error_line(cli(url=None, namespace=namespace), 1, "no Redis given")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    started = time.monotonic()
+    result = cli(url=f"redis://127.0.0.1:{port}/0", namespace=namespace)
+    one_error_line(result, 1)
+    assert time.monotonic() - started < 30

@@ -15,6 +15,7 @@ from chongming_redis import (
     CommandBacklog,
     CommandKind,
     CorruptRecord,
+    StoreError,
     TaskQuery,
     TaskSnapshot,
     TaskStatus,
@@ -161,3 +162,35 @@ def test_a_backlog_or_beats_key_of_the_wrong_shape_is_corrupt(
     with pytest.raises(CorruptRecord) as beats:
         store.worker_beats()
     assert (beats.value.key, beats.value.field) == (k.worker_beats, "w1")
+
+
+def test_a_read_only_dashboard_user_reads_all_four_with_multi_and_exec(
+    fresh_redis_proc: RedisProc,
+) -> None:
+    """The rules ``docs/redis-layout.md`` gives a read-only dashboard user: the read-only
+    categories, the read-only script call, and ``MULTI``/``EXEC`` for the backlog."""
+    writer = RedisTaskStore.from_url(fresh_redis_proc.url, namespace="dash")
+    writer.create(task("t1"))
+    writer.submit_command(stop("c1", "t1"))
+    writer.pool_tick(worker="w1", now=T0, lease_seconds=5, num_buckets=4, wanted=[0])
+    admin = fresh_redis_proc.client()
+    admin.script_flush()  # the reader loads task_commands.lua itself (SCRIPT LOAD)
+    rules = ("-@all", "+@read", "-@dangerous", "+evalsha_ro", "+script|load")
+    for user, extra in (("reader", ("+multi", "+exec")), ("no-multi", ())):
+        admin.execute_command("ACL", "SETUSER", user, "on", ">pw", "resetkeys",
+                              writer.keys.pattern(), *rules, *extra)  # fmt: skip
+    reader = RedisTaskStore.from_url(
+        fresh_redis_proc.url, namespace="dash", username="reader", password="pw"
+    )
+    assert [s.task_id for s in reader.query_page(TaskQuery(), after=(T0, "t0"))] == ["t1"]
+    assert reader.task_commands("t1") == [stop("c1", "t1")]
+    assert reader.command_backlog() == CommandBacklog(1, 0, T0)
+    assert reader.worker_beats() == {"w1": T0}
+    refused = RedisTaskStore.from_url(
+        fresh_redis_proc.url, namespace="dash", username="no-multi", password="pw"
+    )
+    with pytest.raises(StoreError, match="no permissions") as caught:
+        refused.command_backlog()
+    assert isinstance(caught.value.__cause__, redis.exceptions.NoPermissionError)
+    for store in (reader, refused, writer):
+        store.close()

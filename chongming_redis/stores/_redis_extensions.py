@@ -192,8 +192,9 @@ class RedisExtensions:
         k = self.keys
         replies = self._read(k.command_queue, lambda c: _backlog_reads(c, k))
         for key, result in zip((k.command_queue, k.command_leases, k.command_queue), replies):
-            if isinstance(result, redis.exceptions.ResponseError):
-                raise CorruptRecord(key, None, str(result))
+            if isinstance(result, Exception):  # WRONGTYPE: a corrupt record naming its key
+                with ops.errors(key):
+                    raise result
         unclaimed, leased, oldest = replies
         try:
             first = decode_dt(int(oldest[0][1])) if oldest else None

@@ -12,19 +12,35 @@
   }
   if (!source) { say("static page", false); return; }
   if (!window.EventSource) { say("no live updates in this browser", false); return; }
-  var events = new EventSource(source);
-  events.onopen = function () { say("live", true); };
-  events.onerror = function () { say("reconnecting…", false); };
-  events.addEventListener("patch", function (event) {
-    var parts = JSON.parse(event.data);
-    Object.keys(parts).forEach(function (id) {
-      var element = document.getElementById(id);
-      if (element) element.innerHTML = parts[id];
+  var events = null;
+  var ended = false;
+  function listen() {
+    events = new EventSource(source);
+    events.onopen = function () { say("live", true); };
+    events.onerror = function () { say("reconnecting…", false); };
+    events.addEventListener("patch", function (event) {
+      var parts = JSON.parse(event.data);
+      Object.keys(parts).forEach(function (id) {
+        var element = document.getElementById(id);
+        if (element) element.innerHTML = parts[id];
+      });
+      say("live", true);
     });
-    say("live", true);
+    events.addEventListener("end", function () {  // nothing more will change: stop listening
+      ended = true;
+      events.close();
+      say("up to date", true);
+    });
+  }
+  listen();
+  // A page left for another stays in the back/forward cache with its stream open, holding
+  // one of the browser's six connections to this host: six pages on, the next one hangs.
+  // Close the stream when the page is hidden; a page restored from the cache listens again
+  // (the first events bring every part up to date).
+  window.addEventListener("pagehide", function () {
+    if (events) { events.close(); events = null; }
   });
-  events.addEventListener("end", function () {  // nothing more will change: stop listening
-    events.close();
-    say("up to date", true);
+  window.addEventListener("pageshow", function (event) {
+    if (event.persisted && !events && !ended) { say("connecting…", false); listen(); }
   });
 })();

@@ -36,3 +36,9 @@ clean:
 bench-peers: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.peers $(ARGS)
+
+# docs/screenshots/{overview,tasks,task}.png: the browser tests' screenshots (headless Chromium,
+# a real dashboard, worker and redis-server), copied into the docs.
+.PHONY: screenshots
+screenshots: $(STAMP)
+	CHONGMING_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/test_dashboard_browser.py

@@ -29,8 +29,10 @@ namespace (after an unreported warm-up drain):
 Then (unless ``--no-aof``) the drains again on a redis-server with ``appendfsync always``, with
 a fifth of the tasks (every write waits for an fsync). ``--profile`` adds a 1-process drain
 under cProfile (every thread of the worker, on its CPU clock) and prints where the Python time
-goes. The load average is printed at the start and the end: on a shared 2-core box every rate
-here moves with what else runs.
+goes. ``--metrics`` gives every worker the Prometheus series of ``--metrics-port``
+(``WorkerMetrics``; nothing scrapes them), to measure what counting costs. The load average is
+printed at the start and the end: on a shared 2-core box every rate here moves with what else
+runs.
 
 The workers run with the CLI's defaults (``--concurrency`` for a tuned run beside them). The
 side-by-side comparison with the peers, measured in the same run, is ``bench.peers``; this
@@ -86,6 +88,8 @@ NUM_BUCKETS = 64
 WORKER_LEASE = 5.0
 START_POLL = 1.0
 COMMAND_POLL = 0.5
+#: Set by ``--metrics`` for the worker processes: they count into ``WorkerMetrics``.
+METRICS_ENV = "CHONGMING_BENCH_METRICS"
 
 app = App("bench")
 
@@ -157,10 +161,17 @@ class CallCounter:
 
 
 def worker_controller(store: RedisTaskStore, owner: str, concurrency: int) -> Controller:
+    events = None
+    if os.environ.get(METRICS_ENV) == "1":
+        from prometheus_client import CollectorRegistry
+
+        from chongming_redis.metrics.worker import WorkerMetrics
+
+        events = WorkerMetrics(CollectorRegistry(), tasks=app.types)
     return Controller(
         store, app=app, owner=owner, concurrency=concurrency,
         buckets=BucketPolicy(NUM_BUCKETS), start_poll_interval=START_POLL,
-        command_poll_interval=COMMAND_POLL, task_lease=30.0,
+        command_poll_interval=COMMAND_POLL, task_lease=30.0, events=events,
     )  # fmt: skip
 
 
@@ -688,7 +699,11 @@ def main() -> None:
     parser.add_argument("--no-aof", action="store_true", help="skip the appendfsync always run")
     parser.add_argument("--profile", action="store_true", help="add a 1-process cProfile drain")
     parser.add_argument("--rate", type=float, default=50.0, help="submits/s, latency phase")
+    parser.add_argument("--metrics", action="store_true",
+                        help="workers keep the Prometheus series of --metrics-port")  # fmt: skip
     options = parser.parse_args()
+    if options.metrics:
+        os.environ[METRICS_ENV] = "1"  # the worker processes inherit it
     n = 1_500 if options.quick else options.tasks
     latency_rate, latency_seconds = options.rate, (3.0 if options.quick else 10.0)
     console = Console(width=max(120, Console().width))
@@ -698,6 +713,7 @@ def main() -> None:
         f"{n:,} no-op tasks per drain; workers: concurrency {options.concurrency}, "
         f"{NUM_BUCKETS} buckets, worker lease {WORKER_LEASE:.0f} s, start poll "
         f"{START_POLL * 1000:.0f} ms, command poll {COMMAND_POLL * 1000:.0f} ms"
+        + ("; Prometheus series kept (--metrics)" if options.metrics else "")
     )
 
     server = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()

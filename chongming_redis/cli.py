@@ -36,8 +36,10 @@ from chongming_redis.cli_common import (
 from chongming_redis.cli_worker import (
     LOG_LEVELS,
     WorkerOptions,
+    check_metrics_port,
     configure_logging,
     log_level,
+    metrics_shared,
     run_worker,
     run_workers,
 )
@@ -94,7 +96,8 @@ def _cli_owner() -> str:
 
 @app.command(
     epilog="Example: chongming-redis worker tasks:app --redis redis://127.0.0.1:6379/0 "
-    "--processes 2 --concurrency 8 --max-attempts 5 --retry-backoff 2 --log-level INFO"
+    "--processes 2 --concurrency 8 --max-attempts 5 --retry-backoff 2 --log-level INFO "
+    "--metrics-port 9100"
 )
 def worker(
     app_spec: Annotated[str, typer.Argument(metavar="APP", help="package.module:app")],
@@ -116,6 +119,15 @@ def worker(
         typer.Option("--log-level",
                      help=f"one of {', '.join(LOG_LEVELS)} (one line per task at INFO)"),
     ] = "INFO",
+    metrics_port: Annotated[
+        int,
+        typer.Option("--metrics-port",
+                     help="serve Prometheus metrics on this port at /metrics (0: none); with "
+                          "--processes the parent serves the sum of its workers'"),
+    ] = 0,
+    metrics_host: Annotated[
+        str, typer.Option(help="the address --metrics-port listens on")
+    ] = "127.0.0.1",
 ) -> None:  # fmt: skip
     """Run tasks of APP: join the namespace's pool and serve a share of its buckets.
 
@@ -127,19 +139,25 @@ def worker(
 
         retry = retry_policy(max_attempts, retry_backoff)
         level = log_level(level)
-        load_app(app_spec)
-        config = ControllerConfig(
-            concurrency=concurrency, prefetch=prefetch, task_lease=task_lease,
-            reconcile_interval=max(0.5, min(5.0, task_lease / 2)),
-            command_poll_interval=0.5, start_poll_interval=1.0,
-        )  # fmt: skip
-        options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
-                                worker_lease, grace, retry=retry, log_level=level)  # fmt: skip
-        configure_logging(level)
-        if processes > 1 or not redis:
-            run_workers(options, processes)
-        else:
-            run_worker(options)
+        port = check_metrics_port(metrics_port)
+        parent = processes > 1 or not redis
+        # Before the app is imported: it may import prometheus_client (metrics/shared.py).
+        with metrics_shared(port > 0 and parent) as metrics_dir:
+            load_app(app_spec)
+            config = ControllerConfig(
+                concurrency=concurrency, prefetch=prefetch, task_lease=task_lease,
+                reconcile_interval=max(0.5, min(5.0, task_lease / 2)),
+                command_poll_interval=0.5, start_poll_interval=1.0,
+            )  # fmt: skip
+            options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
+                                    worker_lease, grace, retry=retry, log_level=level,
+                                    metrics_host=metrics_host, metrics_port=port,
+                                    metrics_dir=metrics_dir)  # fmt: skip
+            configure_logging(level)
+            if parent:
+                run_workers(options, processes)
+            else:
+                run_worker(options)
 
 
 @app.command(

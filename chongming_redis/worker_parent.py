@@ -14,7 +14,9 @@ them running.
 Children are forked from the parent (``ForkedChild``) once it has imported the app: a child
 starts in milliseconds instead of paying a fresh interpreter and its imports (~0.2 s), which is
 most of a short drain's start-up. The parent starts no threads and opens no connections before
-it forks. A command line (``subprocess``) works the same way.
+it forks, except with ``--metrics-port``: the metrics endpoint's listening socket (which each
+child closes first thing) and its server thread, which touches nothing a child uses. A command
+line (``subprocess``) works the same way.
 """
 
 from __future__ import annotations
@@ -122,9 +124,11 @@ def supervise_children(
     max_backoff: float = 30.0,
     give_up_after: int = 5,
     poll: float = 0.2,
+    on_exit: Callable[[int], None] | None = None,
 ) -> int:
     """Run ``processes`` children of ``command`` (a command line, or a function each forked
-    child runs); returns the parent's exit status."""
+    child runs); returns the parent's exit status. ``on_exit(pid)``: a child exited (before
+    its restart, if any; the metrics drop its gauges)."""
     stopping = threading.Event()
     children = [_spawn(command, slot) for slot in range(max(1, processes))]
 
@@ -151,6 +155,8 @@ def supervise_children(
             code = child.proc.poll()
             if code is None or stopping.is_set():
                 continue
+            if on_exit is not None:
+                on_exit(child.proc.pid)
             quick = time.monotonic() - child.started_at < startup
             if first_round and quick and code != 0:
                 say(f"worker process {child.slot} could not start (exit {code}); stopping")

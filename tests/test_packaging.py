@@ -28,6 +28,11 @@ from tests.support.redis_server import RedisProc
 
 REPO = Path(__file__).resolve().parent.parent
 LUA_PREFIX = "chongming_redis/lua/"
+_RENDER_A_PAGE = (
+    "from chongming_redis.dashboard.render import Renderer\n"
+    "print(Renderer(namespace='n', control=False).page('error.html', title='t', message='m',"
+    " signed_in=False, csrf=''))"
+)
 # What a wheel is built from; copied so the build never writes build/ or *.egg-info into the
 # shared checkout (and concurrent runs cannot trip over each other).
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "chongming_redis", "lua")
@@ -144,6 +149,10 @@ def test_the_wheel_ships_every_lua_script_and_a_clean_install_loads_them(
     assert "chongming_redis/stress/__main__.py" in names
     assert "chongming_redis/stress/fault_proxy.py" in names
     assert not any(name.startswith(("stress/", "tests/")) for name in names)
+    dashboard = REPO / "chongming_redis" / "dashboard"
+    assets = [p.relative_to(REPO).as_posix() for sub in ("templates", "static")
+              for p in (dashboard / sub).iterdir()]  # fmt: skip
+    assert assets and set(assets) <= names, sorted(set(assets) - names)
 
     venv = installed.venv
     report = json.loads(
@@ -153,6 +162,9 @@ def test_the_wheel_ships_every_lua_script_and_a_clean_install_loads_them(
     assert not Path(report["package"]).is_relative_to(REPO)
     loaded = {name: text.encode("utf-8") for name, text in report["scripts"].items()}
     assert loaded == expected
+    # The dashboard's templates render from the installed package, not from the checkout.
+    rendered = run(installed.python, "-c", _RENDER_A_PAGE, cwd=installed.elsewhere, timeout=60)
+    assert "chongming-redis" in rendered.stdout and "/static/dashboard.js" in rendered.stdout
 
 
 @pytest.mark.slow
@@ -180,7 +192,20 @@ def test_an_installed_wheel_runs_the_stress_harness_against_a_given_redis(
 
 # -- what a producer-only install pulls, and the licence ---------------------------------------
 
-BASE_REQUIREMENTS = {"redis", "hiredis", "msgpack", "pydantic", "typer", "rich"}
+BASE_REQUIREMENTS = {
+    "redis",
+    "hiredis",
+    "msgpack",
+    "pydantic",
+    "typer",
+    "rich",
+    # the dashboard and the workers' --metrics-port (imported only by them)
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "prometheus-client",
+    "python-multipart",
+}
 
 
 def requirements(metadata: str) -> tuple[set[str], dict[str, set[str]]]:

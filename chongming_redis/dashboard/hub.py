@@ -76,11 +76,13 @@ class Throughput:
         ]
 
     def per_second(self, now: datetime, seconds: float = 60.0) -> float:
-        """Finished per second over the last ``seconds`` whole bins."""
-        series = self.series(now)[:-1]  # the current bin is still filling
+        """Finished per second over the last ``seconds`` whole bins and the current bin so
+        far (a burst that just ended shows at once, not a bin later)."""
+        series = self.series(now)
         take = max(1, int(seconds // self.bin_seconds))
-        recent = series[-take:]
-        return sum(n for _, n in recent) / (len(recent) * self.bin_seconds)
+        recent = series[-take - 1 :]
+        span = (len(recent) - 1) * self.bin_seconds + (now - series[-1][0]).total_seconds()
+        return sum(n for _, n in recent) / span if span > 0 else 0.0
 
 
 class FeedHub:

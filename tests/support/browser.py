@@ -240,14 +240,18 @@ class Dashboard:
                 login = match.group(1)
                 assert login == f"{found.group(1)}login?token={token}", login
         except BaseException:
-            stop_process(process)
+            cls.end(process)
             raise
         return cls(process, found.group(1), login, log)
 
+    @staticmethod
+    def end(process: subprocess.Popen[bytes]) -> None:
+        stop_process(process)
+        if process.stdout is not None:
+            process.stdout.close()
+
     def close(self) -> None:
-        stop_process(self.process)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        self.end(self.process)
 
 
 def start_worker(redis_url: str, namespace: str, log: Path) -> subprocess.Popen[bytes]:

@@ -30,7 +30,8 @@ Sources: 'ix' merges the composite index {ns}:ix:<status>:<bucket>:<name> for th
 statuses (all seven if none), the filtered buckets (if none: those {ns}:counts lists for the
 status) and the filtered name (if none: the names {ns}:nm:<status>:<bucket> lists, narrowed
 by the name prefix); 'tag' and 'p' walk one index.
-Bound: at most `budget` entries examined, and at most ~4000 index entries fetched, per call.
+Bound: at most `budget` entries examined per call; ~4000 index entries read up front (one chunk
+per source), then one chunk of 32 more for each source the walk uses up.
 ]]
 --- @include "lib/common"
 --- @include "lib/task_view"
@@ -118,12 +119,17 @@ local function after_cursor(score, member)
   return bytes_less(cursor_member, member)
 end
 
--- Each source gives up to `take` entries after the cursor; then the first `take` entries of
--- the merge are the first `take` of the union. `take` shrinks with many sources (FETCH_CAP).
+-- A k-way merge of the sources in (score, member) order: each source is read in chunks, the
+-- first from the cursor and the next only when the merge has used up the one before (ZRANK
+-- of its last entry: nothing changes during a script). With many sources (the composite index
+-- of an unfiltered query has statuses x buckets x names keys) the first chunk shrinks so that
+-- at most ~FETCH_CAP entries are read up front; a page then costs one read per source plus one
+-- per source the page's entries come from, never a call per entry per source.
 local FETCH_CAP = 4000
-local take = math.max(1, math.min(budget, math.floor(FETCH_CAP / math.max(1, #sources))))
+local first_take = math.max(1, math.min(budget, math.floor(FETCH_CAP / math.max(1, #sources))))
+local more_take = math.max(first_take, 32)
 
-local function fetch(key)
+local function first_chunk(key)
   local lo, hi = '-inf', '+inf'
   if cursor_score ~= '' then
     if desc then hi = cursor_score else lo = cursor_score end
@@ -135,43 +141,86 @@ local function fetch(key)
       if not after_cursor(tonumber(cursor_score), ties[i]) then skip = skip + 1 end
     end
   end
-  local raw
   if desc then
-    raw = rcall('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', skip, take)
-  else
-    raw = rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', skip, take)
+    return rcall('ZREVRANGEBYSCORE', key, hi, lo, 'WITHSCORES', 'LIMIT', skip, first_take)
   end
-  local entries = {}
-  for i = 1, #raw, 2 do entries[#entries + 1] = { member = raw[i], score = tonumber(raw[i + 1]) } end
-  return entries
+  return rcall('ZRANGEBYSCORE', key, lo, hi, 'WITHSCORES', 'LIMIT', skip, first_take)
 end
 
-local merged, fetched_all = {}, true
-for _, key in ipairs(sources) do
-  local kind = key_type(key)
-  if kind ~= 'none' and kind ~= 'zset' then return corrupt(key, '', 'index is not a sorted set') end
-  local entries = fetch(key)
-  if #entries >= take then fetched_all = false end
-  for i = 1, #entries do merged[#merged + 1] = entries[i] end
+local function next_chunk(source)
+  local rank = rcall(desc and 'ZREVRANK' or 'ZRANK', source.key, source.last)
+  if not rank then return {} end
+  return rcall(desc and 'ZREVRANGE' or 'ZRANGE', source.key, rank + 1, rank + more_take,
+               'WITHSCORES')
 end
-table.sort(merged, function(a, b)
+
+local function load(source, raw, take)
+  source.entries, source.pos = {}, 1
+  for i = 1, #raw, 2 do
+    source.entries[#source.entries + 1] = { member = raw[i], score = tonumber(raw[i + 1]) }
+  end
+  source.more = #source.entries >= take -- a full chunk: the source may hold more
+  if #source.entries > 0 then source.last = source.entries[#source.entries].member end
+end
+
+local function earlier(a, b) -- is entry a before entry b in the walking order?
   if a.score ~= b.score then
     if desc then return a.score > b.score end
     return a.score < b.score
   end
   if desc then return bytes_less(b.member, a.member) end
   return bytes_less(a.member, b.member)
-end)
+end
 
--- Walk the merged order; only the first `take` entries are known to be in global order.
+-- A binary heap of the sources, ordered by their current entry.
+local heap = {}
+local function head(source) return source.entries[source.pos] end
+local function before(i, j) return earlier(head(heap[i]), head(heap[j])) end
+local function swap(i, j) heap[i], heap[j] = heap[j], heap[i] end
+local function push(source)
+  heap[#heap + 1] = source
+  local i = #heap
+  while i > 1 and before(i, math.floor(i / 2)) do
+    swap(i, math.floor(i / 2)); i = math.floor(i / 2)
+  end
+end
+local function sift_down(i)
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= #heap and before(l, m) then m = l end
+    if r <= #heap and before(r, m) then m = r end
+    if m == i then return end
+    swap(i, m); i = m
+  end
+end
+local function pop() -- the earliest entry of all sources; refills or drops its source
+  local source = heap[1]
+  local entry = head(source)
+  source.pos = source.pos + 1
+  if source.pos > #source.entries and source.more then load(source, next_chunk(source), more_take) end
+  if source.pos > #source.entries then
+    heap[1] = heap[#heap]; heap[#heap] = nil
+  end
+  if #heap > 0 then sift_down(1) end
+  return entry
+end
+
+for _, key in ipairs(sources) do
+  local kind = key_type(key)
+  if kind ~= 'none' and kind ~= 'zset' then return corrupt(key, '', 'index is not a sorted set') end
+  local source = { key = key }
+  load(source, first_chunk(key), first_take)
+  if #source.entries > 0 then push(source) end
+end
+
+-- Walk the merge, examining at most `budget` entries.
 local reply = { 'OK', 0, cursor_score, cursor_member }
 local found, examined = 0, 0
-local limit = math.min(#merged, take)
-for i = 1, limit do
-  local entry = merged[i]
+while #heap > 0 and examined < budget do
+  local entry = pop()
   local id = entry.member
   local key = root .. 't:' .. id
-  examined = i
+  examined = examined + 1
   reply[3], reply[4] = string.format('%d', entry.score), id
   local ok = true
   if not sources_are_exact then
@@ -196,5 +245,5 @@ for i = 1, limit do
     if found >= want then break end
   end
 end
-if fetched_all and examined >= #merged then reply[2] = 1 end
+if #heap == 0 then reply[2] = 1 end
 return reply

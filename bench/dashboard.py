@@ -37,7 +37,6 @@ from chongming_redis.model import (
     CommandKind,
     Failure,
     Progress,
-    TaskQuery,
     TaskSnapshot,
     TaskStatus,
     Transition,
@@ -121,11 +120,12 @@ def run(console: Console, store: RedisTaskStore, bare: object, n: int, rounds: i
     while not web.started:
         time.sleep(0.02)
     port = web.servers[0].sockets[0].getsockname()[1]
-    middle = store.query(TaskQuery(limit=n // 2))[-1]
+    middle = task(n // 2)  # the tasks are made in created_at order: no query needed
     mark = quote(format_mark((middle.created_at, middle.task_id)), safe="")
     feed_mid = str(store.feed_stats().head // 2)
     pages = [
         ("overview /", "/", True),
+        ("list /tasks (no filter: the default page)", "/tasks", False),
         ("list: status=failed, name=mail.send", "/tasks?status=failed&name=mail.send", False),
         ("list: tag=t3", "/tasks?tag=t3", False),
         ("list: bucket 5, pending, newest first",

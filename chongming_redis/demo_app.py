@@ -23,4 +23,5 @@ def render(ctx: TaskContext, params: Render) -> dict[str, int]:
     for frame in range(params.frames):
         ctx.checkpoint(current=frame, total=params.frames)
         time.sleep(params.frame_ms / 1000)
+    ctx.checkpoint(current=params.frames, total=params.frames)  # done: the bar shows 100 %
     return {"frames": params.frames, "attempt": ctx.attempt}

@@ -475,6 +475,29 @@ def test_a_running_tasks_progress_and_status_update_without_a_reload(
     assert '"frames": 80' in text(driver, "task-outcome")
     assert (progress(driver) or 0) >= seen[-1]
     assert store.get(handle.task_id).status is TaskStatus.SUCCEEDED  # type: ignore[union-attr]
+    wait_for(driver, lambda d: progress(d) == 100.0, "the bar at 100 % once it succeeded")
+
+
+def test_parts_the_stream_repeats_unchanged_are_left_alone(
+    driver: webdriver.Chrome, client: Client, store: RedisTaskStore, worker: None,
+    dashboard: Dashboard,
+) -> None:  # fmt: skip
+    """The first events of a stream repeat what the page shows; an identical part is not
+    replaced (a replaced part loses focus and any click in flight)."""
+    handle = client.submit("render", {"frames": 1, "frame_ms": 0})
+    handle.wait(timeout=30)
+    open_live(driver, f"{dashboard.url}tasks/{handle.task_id}")
+    time.sleep(1)  # the first stream's first patch is in
+    js(driver, "document.querySelector('#task-summary dl').__kept = 1;")
+    # A new stream (as after a trip through the back/forward cache) repeats every part first.
+    js(
+        driver,
+        "window.dispatchEvent(new PageTransitionEvent('pagehide'));"
+        "window.dispatchEvent(new PageTransitionEvent('pageshow', {persisted: true}));",
+    )
+    wait_for(driver, lambda d: d.find_element(By.ID, "live").text == "live", "the new stream")
+    time.sleep(2)  # its first patch comes at once; a task that ended sends no other
+    assert js(driver, "return document.querySelector('#task-summary dl').__kept === 1;") is True
 
 
 # -- control -------------------------------------------------------------------------------------

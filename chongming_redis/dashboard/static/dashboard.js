@@ -22,7 +22,13 @@
       var parts = JSON.parse(event.data);
       Object.keys(parts).forEach(function (id) {
         var element = document.getElementById(id);
-        if (element) element.innerHTML = parts[id];
+        if (!element) return;
+        // The first events repeat what the page already shows: parse the new HTML the way
+        // the page's was parsed and leave an identical part alone (a button keeps its focus,
+        // a click in flight is not lost).
+        var parsed = document.createElement("template");
+        parsed.innerHTML = parts[id];
+        if (parsed.innerHTML !== element.innerHTML) element.innerHTML = parts[id];
       });
       say("live", true);
     });

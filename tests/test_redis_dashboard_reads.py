@@ -4,22 +4,28 @@ the wrong shape reported as ``CorruptRecord`` with nothing written."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chongming_redis import (
     Command,
     CommandBacklog,
     CommandKind,
     CorruptRecord,
+    InMemoryTaskStore,
     StoreError,
     TaskQuery,
     TaskSnapshot,
     TaskStatus,
 )
+from chongming_redis.stores import redis as redis_module
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
 from tests.test_redis_store import dump_namespace
@@ -194,3 +200,77 @@ def test_a_read_only_dashboard_user_reads_all_four_with_multi_and_exec(
     assert isinstance(caught.value.__cause__, redis.exceptions.NoPermissionError)
     for store in (reader, refused, writer):
         store.close()
+
+
+# -- query_page against the reference, from any position ---------------------------------------
+
+IDS = ("a", "b", "t1", "t10", "t2", "T", "é", "a b", "{x}", "z")
+POSITION_IDS = (*IDS, "", "0", "t", "t11", "zz", "\U0001f642")  # "" stands for no position
+FILTERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "statuses": st.frozensets(st.sampled_from(list(TaskStatus)), min_size=1, max_size=3),
+        "name": st.sampled_from(["resize", "send"]),
+        "name_prefix": st.sampled_from(["res", "se", "x"]),
+        "tag": st.sampled_from(["io", "cpu"]),
+        "buckets": st.frozensets(st.integers(0, 2), min_size=1, max_size=2),
+        "pipeline_run_id": st.sampled_from(["p1", "p2"]),
+        "limit": st.integers(0, 7),
+        "newest_first": st.booleans(),
+    },
+)
+TASKS = st.lists(
+    st.tuples(
+        st.sampled_from(IDS),
+        st.integers(0, 4),  # microseconds after T0: many exact ties
+        st.sampled_from(["resize", "resize.x", "send"]),
+        st.sampled_from(list(TaskStatus)),
+        st.integers(0, 2),
+        st.frozensets(st.sampled_from(["io", "cpu"]), max_size=2),
+        st.sampled_from([None, "p1", "p2"]),
+    ),
+    max_size=12,
+    unique_by=lambda t: t[0],
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(
+    tasks=TASKS,
+    filters=FILTERS,
+    position=st.tuples(st.integers(-1, 5), st.sampled_from(POSITION_IDS)),
+    page=st.sampled_from((1, 2, 3)),
+    budget=st.sampled_from((1, 2, 5)),
+)
+def test_query_page_matches_the_reference_from_any_position_with_tiny_script_pages(
+    redis_proc: RedisProc,
+    tasks: list[tuple[Any, ...]],
+    filters: dict[str, Any],
+    position: tuple[int, str],
+    page: int,
+    budget: int,
+) -> None:
+    """Tiny script pages and budgets make the store loop on the query script's cursor from
+    the given position, across ties, sources and filters the script checks itself."""
+    namespace = f"qp-{uuid.uuid4().hex[:12]}"
+    redis_store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    memory = InMemoryTaskStore()
+    for task_id, micros, name, status, bucket, tags, pipeline in tasks:
+        created = T0 + timedelta(microseconds=micros)
+        snapshot = TaskSnapshot(task_id, name, status, 1, created, created, tags=tags,
+                                bucket=bucket, pipeline_run_id=pipeline)  # fmt: skip
+        redis_store.create(snapshot)
+        memory.create(snapshot)
+    micros, task_id = position
+    after = None if not task_id else (T0 + timedelta(microseconds=micros), task_id)
+    query = TaskQuery(**filters)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(redis_module, "QUERY_PAGE", page)
+            patch.setattr(redis_module, "QUERY_BUDGET", budget)
+            got = redis_store.query_page(query, after=after)
+        assert got == memory.query_page(query, after=after)
+    finally:
+        redis_store.drop_namespace()
+        redis_store.close()

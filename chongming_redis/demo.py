@@ -121,6 +121,10 @@ def run_demo(
     finally:
         pool.stop_all(timeout=15)
         clean_up(console, store, namespace, keep=keep or embedded is not None)
+        if keep and embedded is None:  # the namespace outlives the demo: show where to look
+            console.print(f"\nnamespace {namespace} kept; browse it with: chongming-redis "
+                          f"dashboard --namespace {namespace} (and the same --redis)",
+                          highlight=False, soft_wrap=True)  # fmt: skip
         store.close()
         if embedded is not None:
             embedded.stop()

@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_demo(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_demo(
+    env: dict[str, str], cwd: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run the demo in its own session (process group), so that a hang can be ended along with
     the workers and the Redis it started; normally it stops them itself."""
     started = time.monotonic()
@@ -40,6 +42,7 @@ def run_demo(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProces
         "60",
         "--workers",
         "3",
+        *extra,
     ]
     proc = subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -126,5 +129,31 @@ def test_demo_on_the_redis_in_chongming_redis_url_says_so_and_cleans_up(tmp_path
         client = server.client()
         assert list(client.scan_iter(match="{" + match.group(1) + "}*")) == []
         client.close()
+    finally:
+        server.close()
+
+
+def test_demo_keep_leaves_the_namespace_for_the_dashboard(tmp_path: Path) -> None:
+    require_redis_server()
+    from starlette.testclient import TestClient
+
+    from chongming_redis.dashboard import create_app
+    from chongming_redis.stores.redis import RedisTaskStore
+    from tests.support.redis_server import RedisProc
+
+    server = RedisProc()
+    try:
+        env = {**base_env(), "CHONGMING_REDIS_URL": server.url}
+        result, _ = run_demo(env, ROOT, "--keep")
+        check_output(result)
+        match = re.search(r"namespace (demo-[0-9a-f]{6}) kept; browse it with: chongming-redis "
+                          r"dashboard --namespace demo-[0-9a-f]{6}", result.stdout)  # fmt: skip
+        assert match is not None, result.stdout[-2000:]
+        store = RedisTaskStore.from_url(server.url, namespace=match.group(1))
+        with TestClient(create_app(store, namespace=match.group(1))) as web:
+            overview = web.get("/api/v1/overview").json()
+        assert overview["counts"] == {s.value: n for s, n in store.counts().items()}
+        assert sum(overview["counts"].values()) >= 60
+        store.close()
     finally:
         server.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -46,3 +47,18 @@ def fresh_redis_proc() -> Iterator[RedisProc]:
 @pytest.fixture
 def namespace() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(params=["memory", "redis"])
+def memory_or_redis_store(request: pytest.FixtureRequest, namespace: str) -> Iterator[Any]:
+    """The same test on the in-memory store and on a real Redis (the dashboard's tests)."""
+    from chongming_redis.stores.memory import InMemoryTaskStore
+    from chongming_redis.stores.redis import RedisTaskStore
+
+    if request.param == "memory":
+        made: Any = InMemoryTaskStore()
+    else:
+        server: RedisProc = request.getfixturevalue("redis_proc")
+        made = RedisTaskStore.from_url(server.url, namespace=namespace)
+    yield made
+    made.close()

@@ -27,15 +27,9 @@ pytestmark = pytest.mark.timeout(120)
 SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "feed-page.schema.json").read_text())
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest, namespace: str) -> Iterator[TaskStore]:
-    if request.param == "memory":
-        made: TaskStore = InMemoryTaskStore()
-    else:
-        redis_proc: RedisProc = request.getfixturevalue("redis_proc")
-        made = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
-    yield made
-    made.close()
+@pytest.fixture
+def store(memory_or_redis_store: TaskStore) -> TaskStore:
+    return memory_or_redis_store
 
 
 @pytest.fixture

@@ -20,23 +20,15 @@ from chongming_redis.dashboard.hub import FeedHub, Throughput
 from chongming_redis.model import Progress, TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.protocol import TaskStore
-from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.dashboard import fill, served, snapshot
-from tests.support.redis_server import RedisProc
 
 pytestmark = pytest.mark.timeout(120)
 Patch = dict[str, str]
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest, namespace: str) -> Iterator[TaskStore]:
-    if request.param == "memory":
-        made: TaskStore = InMemoryTaskStore()
-    else:
-        redis_proc: RedisProc = request.getfixturevalue("redis_proc")
-        made = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
-    yield made
-    made.close()
+@pytest.fixture
+def store(memory_or_redis_store: TaskStore) -> TaskStore:
+    return memory_or_redis_store
 
 
 @pytest.fixture

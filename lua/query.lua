@@ -148,10 +148,15 @@ local function first_chunk(key)
 end
 
 local function next_chunk(source)
-  local rank = rcall(desc and 'ZREVRANK' or 'ZRANK', source.key, source.last)
+  local key, last = source.key, source.last
+  if desc then
+    local rank = rcall('ZREVRANK', key, last)
+    if not rank then return {} end
+    return rcall('ZREVRANGE', key, rank + 1, rank + more_take, 'WITHSCORES')
+  end
+  local rank = rcall('ZRANK', key, last)
   if not rank then return {} end
-  return rcall(desc and 'ZREVRANGE' or 'ZRANGE', source.key, rank + 1, rank + more_take,
-               'WITHSCORES')
+  return rcall('ZRANGE', key, rank + 1, rank + more_take, 'WITHSCORES')
 end
 
 local function load(source, raw, take)

@@ -79,6 +79,10 @@ READ_ONLY_EXACT = (
     "+hgetall",  # get; query's replies
     "+zrangebyscore",  # history; query's ascending walk
     "+zrevrangebyscore",  # query's descending walk
+    "+zrank",  # query: the next chunk of a source, after its last entry (ascending)
+    "+zrange",
+    "+zrevrank",  # the same, descending
+    "+zrevrange",
     "+hkeys",  # query: buckets of a status, names of a (status, bucket)
     "+hmget",  # counts (the status fields); query: the per-task filter check
     "+type",  # query: refuses an index or task of the wrong type

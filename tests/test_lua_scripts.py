@@ -110,7 +110,8 @@ def test_read_only_scripts_declare_no_writes_and_call_no_write_command() -> None
         calls = re.findall(r"rcall\('([A-Z]+)'", text)
         assert calls and set(calls) <= {
             "TYPE", "HMGET", "HGETALL", "HKEYS", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE",
-            "ZRANGEBYLEX", "ZRANGE", "ZCARD", "ZCOUNT", "EXISTS", "LRANGE", "HGET",
+            "ZRANGEBYLEX", "ZRANGE", "ZREVRANGE", "ZRANK", "ZREVRANK", "ZCARD", "ZCOUNT",
+            "EXISTS", "LRANGE", "HGET",
         }, name  # fmt: skip
 
 

@@ -29,6 +29,7 @@ TOKEN_ENV = "CHONGMING_DASHBOARD_TOKEN"
 
 
 def dashboard(
+    ctx: typer.Context,
     redis: RedisOpt = None,
     namespace: NamespaceOpt = "default",
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
@@ -39,8 +40,14 @@ def dashboard(
     ] = False,
     token: Annotated[
         str | None,
-        typer.Option(envvar=TOKEN_ENV, help="the sign-in token for --allow-control "
-                     "(default: a new random one, printed)"),
+        typer.Option(envvar=TOKEN_ENV, help="the sign-in token for --allow-control (better "
+                     f"in {TOKEN_ENV}: a command line is visible to every user of the "
+                     "machine; default: a new random one, printed)"),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option("--allowed-host", help="a Host name to answer besides the address "
+                     "listened on (repeatable: a proxy's or a DNS name)"),
     ] = None,
 ) -> None:  # fmt: skip
     """Serve the web dashboard: overview, task list, task pages, live from the change feed.
@@ -49,9 +56,10 @@ def dashboard(
     """
     with user_errors():
         if token is not None and not allow_control:
-            raise UserError(
-                "--token is for --allow-control (the dashboard is read-only without it)"
-            )
+            source = ctx.get_parameter_source("token")
+            if getattr(source, "name", None) != "ENVIRONMENT":
+                raise UserError("--token is for --allow-control (read-only without it)")
+            token = None  # an exported token does not turn control on
         if token is not None and len(token) < 16:
             raise UserError("the token must be at least 16 characters")
         if not 0 <= port <= 65535:
@@ -59,10 +67,26 @@ def dashboard(
         store = open_store(redis, namespace, check_server=False)
         sock = _listen(host, port)
         control_token = (token or secrets.token_urlsafe(24)) if allow_control else None
+        hosts = allowed_hosts(host, allowed_host or [])
         # uvicorn shuts down cleanly on Ctrl-C, then re-raises it: that is a normal stop.
         with contextlib.suppress(KeyboardInterrupt):
-            serve(store, sock, namespace=namespace, redis=redis or "", token=control_token)
+            serve(store, sock, namespace=namespace, redis=redis or "", token=control_token,
+                  hosts=hosts)  # fmt: skip
         console.print("dashboard stopped", highlight=False)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def allowed_hosts(host: str, extra: list[str]) -> list[str]:
+    """The ``Host`` headers to answer: the address listened on (every loopback name for a
+    loopback address) and ``extra``. A web page that rebinds its own DNS name to this address
+    sends its own name and is refused. Listening on every address with no ``--allowed-host``
+    answers any name (the start-up warning says so)."""
+    if host in ("0.0.0.0", "::", ""):
+        return list(extra) or ["*"]
+    names = list(LOOPBACK) if host in LOOPBACK else [host, f"[{host}]"]
+    return list(dict.fromkeys([*names, *extra]))
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -79,14 +103,14 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def serve(store: object, sock: socket.socket, *, namespace: str, redis: str,
-          token: str | None) -> None:  # fmt: skip
+          token: str | None, hosts: list[str]) -> None:  # fmt: skip
     import uvicorn
 
     from chongming_redis.dashboard import create_app
     from chongming_redis.stores.protocol import TaskStore
 
     assert isinstance(store, TaskStore)
-    app = create_app(store, namespace=namespace, control_token=token)
+    app = create_app(store, namespace=namespace, control_token=token, allowed_hosts=hosts)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
@@ -101,6 +125,8 @@ def serve(store: object, sock: socket.socket, *, namespace: str, redis: str,
     if host not in ("127.0.0.1", "::1", "localhost"):
         warning = (f"warning: listening on {host}: anyone who reaches this address sees every "
                    "task (and can sign in with the token)")  # fmt: skip
+        if hosts == ["*"]:
+            warning += "; any Host name is answered (--allowed-host NAME to restrict)"
         err.print(warning, highlight=False, soft_wrap=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=2)  # fmt: skip

@@ -41,12 +41,14 @@ def cli(*args: str, url: str | None, namespace: str) -> subprocess.CompletedProc
 
 
 @contextmanager
-def dashboard(*args: str, url: str, namespace: str) -> Iterator[tuple[str, list[str]]]:
+def dashboard(
+    *args: str, url: str, namespace: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, list[str]]]:
     """The running dashboard: its base URL and the lines it printed at start."""
     with subprocess.Popen([sys.executable, "-m", "chongming_redis.cli", "dashboard",
                            "--port", "0", *args], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True,
-                          env=environment(url, namespace)) as proc:  # fmt: skip
+                          env={**environment(url, namespace), **(env or {})}) as proc:  # fmt: skip
         try:
             assert proc.stdout is not None and proc.stderr is not None
             lines = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
@@ -121,3 +123,29 @@ def test_no_redis_or_an_unreachable_one_is_one_line(namespace: str) -> None:
     result = cli(url=f"redis://127.0.0.1:{port}/0", namespace=namespace)
     one_error_line(result, 1)
     assert time.monotonic() - started < 30
+
+
+def test_a_foreign_host_name_is_refused_and_allowed_hosts_extend_it(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    """A web page that rebinds its own DNS name to 127.0.0.1 sends its own Host: refused."""
+    with dashboard(url=redis_proc.url, namespace=namespace) as (base, _):
+        assert httpx.get(base + "/api/v1/overview").status_code == 200
+        port = base.rsplit(":", 1)[1]
+        assert httpx.get(base + "/", headers={"host": f"localhost:{port}"}).status_code == 200
+        rebound = httpx.get(base + "/api/v1/overview", headers={"host": "attacker.example"})
+        assert rebound.status_code == 400
+    with dashboard("--allowed-host", "dash.example", url=redis_proc.url,
+                   namespace=namespace) as (base, _):  # fmt: skip
+        assert httpx.get(base + "/", headers={"host": "dash.example"}).status_code == 200
+        assert httpx.get(base + "/", headers={"host": "other.example"}).status_code == 400
+
+
+def test_an_exported_token_does_not_turn_control_on(redis_proc: RedisProc, namespace: str) -> None:
+    exported = {"CHONGMING_DASHBOARD_TOKEN": TOKEN}
+    with dashboard(url=redis_proc.url, namespace=namespace, env=exported) as (base, lines):
+        assert lines[1].startswith("read-only")
+        assert httpx.get(base + "/login").status_code == 404
+    with dashboard("--allow-control", url=redis_proc.url, namespace=namespace,
+                   env=exported) as (base, lines):  # fmt: skip
+        assert lines[1].endswith(f"login?token={TOKEN}")

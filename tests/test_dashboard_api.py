@@ -88,6 +88,8 @@ def test_the_feed_defaults_to_the_start_and_a_full_page(web: TestClient, store: 
         ("limit=ten", "bad_limit"),
         ("limit=-5", "bad_limit"),
         ("cursor=5", "bad_request"),
+        ("after=zz&after=0", "bad_request"),  # never the last value of a repeated one
+        ("limit=999&limit=2", "bad_request"),
     ],
 )
 def test_a_bad_feed_request_is_a_400_with_a_json_error(
@@ -214,3 +216,15 @@ def test_statuses_listed_in_metrics_are_all_seven(web: TestClient) -> None:
     values = scrape(web)
     shown = {dict(labels)["status"] for (name, labels) in values if name == "chongming_tasks"}
     assert shown == {s.value for s in TaskStatus}
+
+
+def test_unknown_api_paths_and_odd_ids_answer_in_json(web: TestClient, store: TaskStore) -> None:
+    from tests.support.dashboard import snapshot
+
+    store.create(snapshot("line\nbreak", 1))
+    newline = web.get("/api/v1/tasks/line%0Abreak")
+    assert newline.status_code == 200 and newline.json()["task_id"] == "line\nbreak"
+    missing = web.get("/api/v1/nothing-here")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    too_long = web.get("/api/v1/tasks/" + "x" * 2000)
+    assert too_long.status_code == 400 and too_long.json()["error"] == "bad_task_id"

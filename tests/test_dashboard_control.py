@@ -48,7 +48,9 @@ def sign_in(web: TestClient) -> str:
     assert "httponly" in page.headers["set-cookie"].lower()
     assert "samesite=strict" in page.headers["set-cookie"].lower()
     assert TOKEN not in page.headers["set-cookie"]
-    web.cookies.set("chongming_session", page.cookies["chongming_session"])
+    session = page.cookies["chongming_session"]
+    web.cookies.clear()  # one cookie in the jar, whatever domain the response gave it
+    web.cookies.set("chongming_session", session)
     return csrf_of(web.get("/tasks/task-000").text)
 
 
@@ -103,7 +105,7 @@ def test_signed_in_stop_of_a_task_nobody_holds_stops_it(
     done = web.post("/control", data={"task_id": "task-000", "action": "stop", "csrf": csrf},
                     follow_redirects=False)  # fmt: skip
     assert done.status_code == 303
-    assert unquote(done.headers["location"]) == "/tasks/task-000?done=stop: stopped"
+    assert unquote(done.headers["location"]).startswith("/tasks/task-000?done=stop: stopped&sig=")
     task = store.get("task-000")
     assert task is not None and task.status is TaskStatus.STOPPED
     after = web.get(done.headers["location"])
@@ -156,11 +158,44 @@ def test_the_same_origin_is_accepted(web: TestClient, store: InMemoryTaskStore) 
 
 def test_sign_out_needs_the_csrf_value_and_ends_the_session(web: TestClient) -> None:
     csrf = sign_in(web)
+    copied = web.cookies["chongming_session"]
     assert web.post("/logout", data={}).status_code == 403
     out = web.post("/logout", data={"csrf": csrf}, follow_redirects=False)
     assert out.status_code == 303
     web.cookies.clear()
     assert "btn-stop" not in web.get("/tasks/task-000").text
+    web.cookies.set("chongming_session", copied)  # a copy of the cookie dies with its session
+    assert "btn-stop" not in web.get("/tasks/task-000").text
+    form = {"task_id": "task-000", "action": "stop", "csrf": csrf}
+    assert web.post("/control", data=form).status_code == 403
+
+
+def test_each_sign_in_is_its_own_session(web: TestClient, store: InMemoryTaskStore) -> None:
+    first = sign_in(web)
+    cookie = web.cookies["chongming_session"]
+    second = sign_in(web)
+    assert web.cookies["chongming_session"] != cookie and second != first
+    web.cookies.set("chongming_session", cookie)  # the first session still works
+    assert "btn-stop" in web.get("/tasks/task-000").text
+    form = {
+        "task_id": "task-000",
+        "action": "pause",
+        "csrf": second,
+    }  # but not with the other's CSRF
+    assert web.post("/control", data=form).status_code == 403
+    nothing_changed(store)
+
+
+def test_an_outcome_note_only_shows_when_this_dashboard_wrote_it(
+    web: TestClient, store: InMemoryTaskStore
+) -> None:
+    forged = web.get("/tasks/task-000?done=stop: sign in again at evil.example&sig=" + "0" * 32)
+    assert "evil.example" not in forged.text
+    unsigned = web.get("/tasks/task-000?done=stop: sign in again at evil.example")
+    assert "evil.example" not in unsigned.text
+    csrf = sign_in(web)
+    done = web.post("/control", data={"task_id": "task-000", "action": "stop", "csrf": csrf})
+    assert 'id="control-result">stop: stopped' in done.text
 
 
 def test_the_control_api_takes_a_bearer_token(web: TestClient, store: InMemoryTaskStore) -> None:

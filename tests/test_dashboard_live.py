@@ -20,7 +20,9 @@ from chongming_redis.dashboard.hub import FeedHub, Throughput
 from chongming_redis.model import Progress, TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.dashboard import fill, served, snapshot
+from tests.support.redis_server import RedisProc
 
 pytestmark = pytest.mark.timeout(120)
 Patch = dict[str, str]
@@ -182,3 +184,61 @@ def test_the_hub_seeds_from_recent_positions_and_hands_every_change_to_each_subs
     seeded, got_a, got_b = asyncio.run(scenario())
     assert seeded == 10  # only the last ten positions were read back
     assert got_a == got_b == ["fresh"]
+
+
+def test_a_reset_or_an_overflow_reaches_a_stream_as_reset() -> None:
+    import asyncio
+
+    from chongming_redis.dashboard.events import RESET, next_batch
+
+    async def scenario() -> list[object]:
+        hub = FeedHub(InMemoryTaskStore())
+        sub = hub.subscribe()
+        got: list[object] = [await next_batch(sub, 0.01)]  # nothing: None
+        hub._publish((), 0)  # the feed followed again from a new head
+        got.append(await next_batch(sub, 0.01))
+        item = snapshot("a", 0)
+        for _ in range(65):  # one more than the queue holds
+            hub._publish((item,), 1)
+        got.append(await next_batch(sub, 0.01))
+        return got
+
+    none, reset, overflow = asyncio.run(scenario())
+    assert none is None and reset is RESET and overflow is RESET
+
+
+@pytest.mark.redis
+def test_a_task_that_does_not_decode_does_not_stop_the_feed(
+    redis_proc: RedisProc, namespace: str
+) -> None:
+    import asyncio
+
+    from chongming_redis.stores._keys import Keys
+
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    for i in range(5):
+        store.create(snapshot(f"t{i}", i))
+    server = redis_proc.client()
+    server.hset(Keys(namespace).task("t2"), "c", "not-a-time")  # written by something else
+
+    async def scenario() -> list[str]:
+        hub = FeedHub(store, seed_positions=0)
+        sub = hub.subscribe()
+        seen: list[str] = []
+        for _ in range(50):
+            await hub.step()
+            while not sub.queue.empty():
+                seen += [i.task_id for i in sub.queue.get_nowait()]
+        store.create(snapshot("after", 9))
+        for _ in range(10):
+            await hub.step()
+            while not sub.queue.empty():
+                seen += [i.task_id for i in sub.queue.get_nowait()]
+        return seen
+
+    hub_seen = asyncio.run(scenario())
+    assert "after" in hub_seen  # live updates go on past the bad record
+    assert "t2" not in hub_seen
+    server.close()
+    store.drop_namespace()
+    store.close()

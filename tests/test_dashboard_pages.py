@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from html import unescape
+from html import escape, unescape
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -166,6 +166,8 @@ def test_a_page_after_a_pruned_task_still_follows_on(web: TestClient, store: Tas
         ("/tasks?before=99999999999999999999.x", "before"),
         ("/tasks?name=a&name=b", "given 2 times"),
         ("/tasks?colour=red", "unknown parameter"),
+        ("/tasks?after=1." + "x" * 2000, "at most 1024"),  # an id no task can have
+        ("/tasks?before=1.", "before must be"),
     ],
 )
 def test_a_bad_list_url_is_a_400_page_that_says_why(web: TestClient, url: str, says: str) -> None:
@@ -219,3 +221,23 @@ def test_static_files_ship_with_the_package(web: TestClient) -> None:
     assert js.status_code == 200 and "EventSource" in js.text
     assert web.get("/static/dashboard.css").status_code == 200
     assert "http" not in js.text.replace("https://", "")  # nothing fetched from elsewhere
+
+
+@pytest.mark.parametrize("task_id", [".", "..", "line\nbreak", "trailing/", "?q=1#frag"])
+def test_ids_a_path_mangles_have_a_working_link(
+    web: TestClient, store: TaskStore, task_id: str
+) -> None:
+    from tests.support.dashboard import snapshot
+
+    store.create(snapshot(task_id, 1, name="odd"))
+    listed = web.get("/tasks?name=odd")
+    links = re.findall(r'<td class="id"><a href="([^"]+)">', listed.text)
+    assert len(links) == 1
+    page = web.get(unescape(links[0]))
+    assert page.status_code == 200 and 'data-status="pending"' in page.text
+    assert f'<span class="id">{escape(task_id)}</span>' in page.text
+
+
+def test_unknown_paths_are_a_404_page(web: TestClient) -> None:
+    page = web.get("/nothing/here")
+    assert page.status_code == 404 and "Nothing at /nothing/here" in page.text

@@ -34,6 +34,9 @@ async def feed_page(request: Request) -> Response:
     unknown = sorted(set(request.query_params) - {"after", "limit"})
     if unknown:
         return error(400, "bad_request", f"unknown parameter {unknown[0]!r}")
+    for key in ("after", "limit"):
+        if len(request.query_params.getlist(key)) > 1:
+            return error(400, "bad_request", f"{key} is given more than once")
     after = request.query_params.get("after", "0")
     raw_limit = request.query_params.get("limit", str(FEED_LIMIT))
     if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= FEED_LIMIT:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from anyio import to_thread
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
@@ -30,6 +33,29 @@ from chongming_redis.errors import StoreError
 from chongming_redis.stores.protocol import ChangeFeed, TaskStore
 
 
+class TaskIdConvertor(Convertor[str]):
+    """A task id in a path: anything, ``/`` and newlines included (``:path`` stops at a
+    newline)."""
+
+    regex = "[\\s\\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("task_id", TaskIdConvertor())
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    """404 in the API's shape under ``/api/``, a page elsewhere."""
+    if request.url.path.startswith("/api/"):
+        return api.error(404, "not_found", f"no such resource: {request.url.path}")
+    return pages.error_page(request, 404, "Not found", f"Nothing at {request.url.path}.")
+
+
 def create_app(
     store: TaskStore,
     *,
@@ -37,9 +63,13 @@ def create_app(
     control_token: str | None = None,
     feed_interval: float = 0.25,
     command_timeout: float = 10.0,
+    allowed_hosts: Sequence[str] = ("*",),
 ) -> Starlette:
     """The dashboard of ``store``. ``control_token``: enable the control buttons, for users
-    signed in with this token (read-only when ``None``). The store needs a change feed."""
+    signed in with this token (read-only when ``None``). ``allowed_hosts``: the ``Host``
+    headers answered (any other is a 400: a web page that rebinds its own name to this
+    address cannot read it); the CLI passes the address it listens on. The store needs a
+    change feed."""
     if not isinstance(store, TaskStore):
         raise TypeError(f"store must implement TaskStore, not {type(store).__name__}")
     if not isinstance(store, ChangeFeed):
@@ -78,13 +108,14 @@ def create_app(
     routes = [
         Route("/", pages.overview),
         Route("/tasks", pages.task_list),
-        Route("/tasks/{task_id:path}", pages.task_page),
+        Route("/tasks/{task_id:task_id}", pages.task_page),
+        Route("/task", pages.task_page),  # ?id=: the ids a path cannot carry ("." and "..")
         Route("/events/overview", events.overview_events),
         Route("/events/tasks", events.list_events),
         Route("/events/task", events.task_events),
         Route("/api/v1/tasks", api.feed_page),
         Route("/api/v1/overview", api.overview),
-        Route("/api/v1/tasks/{task_id:path}", api.task),
+        Route("/api/v1/tasks/{task_id:task_id}", api.task),
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(packages=[("chongming_redis.dashboard", "static")])),
     ]
@@ -96,6 +127,8 @@ def create_app(
             Route("/control", control.control_form, methods=["POST"]),
             Route("/api/v1/control", control.control_api, methods=["POST"]),
         ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={404: not_found})  # fmt: skip
     app.state.dash = dash
     return app

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from chongming_redis.client import Client
 from chongming_redis.client_flows import CommandTimeout, TaskNotFound
 from chongming_redis.dashboard import auth
+from chongming_redis.dashboard.listing import task_path
 from chongming_redis.dashboard.pages import error_page, render
 from chongming_redis.dashboard.state import ControlSettings, DashboardState
 from chongming_redis.errors import StoreError
@@ -29,7 +30,7 @@ def _settings(request: Request) -> tuple[DashboardState, ControlSettings]:
 
 def _signed_in_response(settings: ControlSettings, target: str) -> Response:
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(auth.COOKIE, auth.session_value(settings), httponly=True,
+    response.set_cookie(auth.COOKIE, auth.new_session(settings), httponly=True,
                         samesite="strict", path="/")  # fmt: skip
     return response
 
@@ -61,6 +62,7 @@ async def logout(request: Request) -> Response:
     csrf = form.get("csrf")
     if not isinstance(csrf, str) or not auth.form_ok(settings, request, csrf):
         return error_page(request, 403, "Refused", "This form did not come from this dashboard.")
+    auth.end_session(settings, request)
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(auth.COOKIE, path="/")
     return response
@@ -83,8 +85,10 @@ async def control_form(request: Request) -> Response:
         return error_page(request, 503, "The store cannot be written", str(exc))
     except (TaskNotFound, ValueError) as exc:
         outcome = f"refused: {exc}"
-    done = quote(f"{action}: {outcome}", safe="")
-    return RedirectResponse(f"/tasks/{quote(task_id, safe='')}?done={done}", status_code=303)
+    note = f"{action}: {outcome}"
+    signature = auth.sign_note(settings, note)
+    return RedirectResponse(f"{task_path(task_id)}?done={quote(note, safe='')}&sig={signature}",
+                            status_code=303)  # fmt: skip
 
 
 async def control_api(request: Request) -> Response:

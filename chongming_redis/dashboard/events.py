@@ -34,6 +34,7 @@ from chongming_redis.dashboard.state import DashboardState
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskSnapshot, TaskStatus, Tombstone
 from chongming_redis.stores.protocol import ChangeFeed
+from chongming_redis.validation import check_identifier
 
 TICK = 2.0
 PROGRESS_EVERY = 0.5
@@ -56,19 +57,27 @@ def stream(events: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
 
 
+RESET: tuple[Item, ...] = ()
+
+
 async def next_batch(sub: Subscription, timeout: float) -> Sequence[Item] | None:
-    """The hub's next batch of changed items, or ``None`` after ``timeout`` seconds. An empty
-    batch (or a missed one: ``overflowed``) means "re-read everything shown"."""
+    """The hub's next batch of changed items, or ``None`` after ``timeout`` seconds.
+    ``RESET`` (the hub's empty batch, or a missed one: ``overflowed``) means "re-read
+    everything shown": the feed was followed again from a new head."""
     try:
         batch = await asyncio.wait_for(sub.queue.get(), timeout)
     except asyncio.TimeoutError:
-        return None
+        return RESET if sub.overflowed else None
     items = list(batch)
+    if not items:
+        return RESET
     while not sub.queue.empty():  # drain: one render for everything that piled up
         more = sub.queue.get_nowait()
         if not more:
-            return ()
+            return RESET
         items.extend(more)
+    if sub.overflowed:
+        return RESET
     return items
 
 
@@ -107,7 +116,8 @@ async def overview_events(request: Request) -> Response:
                 chunk = changes.frame(parts)
                 if chunk:
                     yield chunk
-                await next_batch(sub, TICK)
+                if await next_batch(sub, TICK) is RESET:
+                    sub.overflowed = False  # the overview re-reads everything each time anyway
                 await asyncio.sleep(0.2)  # let a burst of changes settle into one render
         finally:
             dash.hub.unsubscribe(sub)
@@ -129,21 +139,37 @@ async def list_events(request: Request) -> Response:
 
     async def events() -> AsyncIterator[str]:
         sub, changes = dash.hub.subscribe(), Changes()
+        shown: dict[str, TaskSnapshot | Tombstone] = {}
+        row_of: dict[str, int] = {}
+        elsewhere: set[str] = set()
+        dirty: set[str] = set()
+        reload_url = "/tasks" + ("?" + request.url.query if request.url.query else "")
         try:
-            # The feed's head before the page is read: changes up to it are on the page already.
-            sub.since = (await to_thread.run_sync(feed.feed_stats)).head
-            page = await to_thread.run_sync(read_list, dash.store, list_request)
-            shown: dict[str, TaskSnapshot | Tombstone] = {t.task_id: t for t in page.tasks}
-            row_of = {t.task_id: i for i, t in enumerate(page.tasks)}
-            elsewhere: set[str] = set()
+            while not row_of:  # the page as loaded; retried while the store cannot be read
+                try:
+                    # The feed's head before the page: changes up to it are on the page.
+                    sub.since = (await to_thread.run_sync(feed.feed_stats)).head
+                    page = await to_thread.run_sync(read_list, dash.store, list_request)
+                except StoreError as exc:
+                    chunk = changes.frame(_alert(dash, str(exc)))
+                    if chunk:
+                        yield chunk
+                    await asyncio.sleep(TICK)
+                    continue
+                shown = {t.task_id: t for t in page.tasks}
+                row_of = {t.task_id: i for i, t in enumerate(page.tasks)}
+                if not row_of:
+                    break  # an empty page: only the notice of new matches can change
             while True:
                 batch = await next_batch(sub, PROGRESS_EVERY)
-                reread = [i for i, t in shown.items() if _live(t)]
-                if batch == () or sub.overflowed:
-                    sub.overflowed, reread = False, list(shown)
+                # Progress never moves a task in the feed: re-read the running rows.
+                reread = [i for i, t in shown.items() if _running(t)]
+                if batch is RESET:
+                    sub.overflowed, sub.since, reread = False, 0, list(shown)
                 for item in batch or ():
                     if item.task_id in shown:
                         shown[item.task_id] = item
+                        dirty.add(item.task_id)
                     elif matches(list_request.query, item):
                         elsewhere.add(item.task_id)
                 try:
@@ -154,13 +180,14 @@ async def list_events(request: Request) -> Response:
                         yield chunk
                     continue
                 for task_id, task in fresh.items():
-                    if task is not None:
+                    if task is not None and task != shown[task_id]:
                         shown[task_id] = task
-                parts = {f"row-{row_of[i]}": render.part("row", task=t) for i, t in shown.items()}
+                        dirty.add(task_id)
+                parts = {f"row-{row_of[i]}": render.part("row", task=shown[i]) for i in dirty}
+                dirty.clear()
                 if elsewhere:
                     parts["list-notice"] = render.part("list_notice", n=len(elsewhere),
-                                                       url=request.url.path.replace("/events", "")
-                                                       + "?" + request.url.query)  # fmt: skip
+                                                       url=reload_url)  # fmt: skip
                 chunk = changes.frame({**parts, **_alert(dash, None)})
                 if chunk:
                     yield chunk
@@ -170,15 +197,17 @@ async def list_events(request: Request) -> Response:
     return stream(events())
 
 
-def _live(item: TaskSnapshot | Tombstone) -> bool:
-    return isinstance(item, TaskSnapshot) and item.status in LIVE
+def _running(item: TaskSnapshot | Tombstone) -> bool:
+    return isinstance(item, TaskSnapshot) and item.status is TaskStatus.RUNNING
 
 
 async def task_events(request: Request) -> Response:
     dash: DashboardState = request.app.state.dash
     task_id = request.query_params.get("id", "")
-    if not task_id:
-        return Response("give the task: ?id=<task id>", status_code=400)
+    try:
+        check_identifier(task_id, "id")
+    except ValueError as exc:
+        return Response(f"give the task: ?id=<task id> ({exc})", status_code=400)
 
     async def events() -> AsyncIterator[str]:
         sub, changes = dash.hub.subscribe(), Changes()
@@ -211,10 +240,9 @@ async def task_events(request: Request) -> Response:
                 live = page.task.status in LIVE
                 while True:  # wait for this task in the feed, or for the progress tick
                     batch = await next_batch(sub, PROGRESS_EVERY if live else TICK * 5)
-                    if batch is None or not batch or any(i.task_id == task_id for i in batch):
-                        break
-                    if sub.overflowed:
+                    if batch is RESET:
                         sub.overflowed = False
+                    if batch is None or batch is RESET or any(i.task_id == task_id for i in batch):
                         break
         finally:
             dash.hub.unsubscribe(sub)

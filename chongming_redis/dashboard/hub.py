@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 from anyio import to_thread
 
-from chongming_redis.errors import InvalidCursor, StoreError
+from chongming_redis.errors import CorruptRecord, InvalidCursor, StoreError
 from chongming_redis.model import TaskSnapshot, Tombstone
 from chongming_redis.stores.protocol import ChangeFeed
 
@@ -102,6 +102,7 @@ class FeedHub:
         self.error: str | None = None  # the last store error, while it lasts
         self.generation = 0  # bumped on every page of changes: "something moved"
         self._subscribers: set[Subscription] = set()
+        self._limp = False  # reading one item at a time past a corrupt record
 
     def subscribe(self) -> Subscription:
         sub = Subscription()
@@ -133,8 +134,18 @@ class FeedHub:
         """Read one page and hand it out; ``False`` when caught up."""
         if self.cursor is None:
             self.cursor = await self._start()
+        cursor = self.cursor
         try:
-            page = await to_thread.run_sync(self.feed.changes, self.cursor, PAGE)
+            # Past a record that does not decode, one item at a time (below).
+            page = await to_thread.run_sync(self.feed.changes, cursor, 1 if self._limp else PAGE)
+        except CorruptRecord as exc:
+            # One bad task must not stop every live page: step over positions one by one
+            # until the bad item is behind (its position is not known), and let every page
+            # re-read what it shows. The task itself stays visible as corrupt to `get`.
+            log.warning("skipping change-feed position %d: %s", int(cursor) + 1, exc)
+            self._limp, self.cursor = True, str(int(cursor) + 1)
+            self._publish((), 0)
+            return True
         except InvalidCursor:
             log.warning("the change feed went back behind position %s (a restore?): "
                         "following it from its new head", self.cursor)  # fmt: skip
@@ -143,6 +154,7 @@ class FeedHub:
             return True
         if not page.tasks:
             return False
+        self._limp = False
         self.cursor = page.next_cursor
         for item in page.tasks:
             self.throughput.add(item)

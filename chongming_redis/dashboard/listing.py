@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Tombstone
 from chongming_redis.stores.codec import decode_dt, encode_dt
+from chongming_redis.validation import check_identifier
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -60,6 +61,14 @@ class ListRequest:
         return self.query != TaskQuery(limit=self.query.limit, newest_first=self.query.newest_first)
 
 
+def task_path(task_id: str) -> str:
+    """A task page's path. Any id, percent-encoded; ``.`` and ``..`` (which a browser would
+    resolve as path segments) go in the query string instead."""
+    if task_id in (".", ".."):
+        return "/task?" + urlencode({"id": task_id})
+    return "/tasks/" + quote(task_id, safe="")
+
+
 def format_mark(mark: Mark) -> str:
     return f"{encode_dt(mark[0])}.{mark[1]}"
 
@@ -73,7 +82,7 @@ def parse_mark(text: str, what: str) -> Mark:
     if not dot or not micros.isdigit() or not micros.isascii() or not task_id:
         raise BadFilter(f"{what} must be <created_at in µs>.<task id>, not {text!r}")
     try:
-        return decode_dt(int(micros)), task_id
+        return decode_dt(int(micros)), check_identifier(task_id, "its task id")
     except ValueError as exc:
         raise BadFilter(f"{what}: {exc}") from None
 

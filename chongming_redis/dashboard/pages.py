@@ -4,11 +4,13 @@ read (``reads``) and names the event stream that keeps it live (``data-events``)
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from chongming_redis.dashboard import auth
 from chongming_redis.dashboard.auth import page_context
 from chongming_redis.dashboard.listing import BadFilter, parse_list_request
 from chongming_redis.dashboard.reads import read_list, read_task
@@ -67,7 +69,7 @@ async def task_list(request: Request) -> Response:
 
 async def task_page(request: Request) -> Response:
     dash = _dash(request)
-    task_id: str = request.path_params["task_id"]
+    task_id: str = request.path_params.get("task_id") or request.query_params.get("id", "")
     try:
         page = await to_thread.run_sync(read_task, dash.store, task_id)
     except StoreError as exc:
@@ -78,8 +80,10 @@ async def task_page(request: Request) -> Response:
         return error_page(request, 404, "No such task",
                           f"Task {task_id} does not exist in namespace {dash.namespace} "
                           "(never created, or pruned).")  # fmt: skip
-    from urllib.parse import quote
-
     done = request.query_params.get("done")
+    if done is not None and not auth.note_ok(
+        dash.control, done, request.query_params.get("sig", "")
+    ):
+        done = None  # not written by this dashboard's buttons: never shown
     return render(request, "task.html", page=page, done=done,
-                  events="/events/task?id=" + quote(task_id, safe=""))  # fmt: skip
+                  events="/events/task?" + urlencode({"id": task_id}))  # fmt: skip

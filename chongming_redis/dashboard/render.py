@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import jinja2
 
-from chongming_redis.dashboard.listing import format_mark
+from chongming_redis.dashboard.listing import format_mark, task_path
 from chongming_redis.model import TaskSnapshot, TaskStatus, Tombstone
 
 STATUS_ORDER = tuple(TaskStatus)
@@ -67,7 +67,7 @@ class Renderer:
             lstrip_blocks=True,
         )
         self.env.filters.update(ago=ago, when=when, value=value, mark=format_mark,
-                                quote=lambda s: quote(str(s), safe=""))  # fmt: skip
+                                task_url=task_path, quote=_quote)  # fmt: skip
         self.env.globals.update(namespace=namespace, control=control, statuses=STATUS_ORDER,
                                 percent=percent, is_tombstone=_is_tombstone)  # fmt: skip
 
@@ -80,6 +80,10 @@ class Renderer:
     def parts(self, names: Mapping[str, str], **context: Any) -> dict[str, str]:
         """``{element id: the part rendered}`` for ``{element id: part name}``."""
         return {element: self.part(part, **context) for element, part in names.items()}
+
+
+def _quote(text: object) -> str:
+    return quote(str(text), safe="")
 
 
 def _is_tombstone(item: object) -> bool:

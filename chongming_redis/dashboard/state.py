@@ -20,12 +20,15 @@ OVERVIEW_TTL = 1.0
 
 @dataclass(frozen=True)
 class ControlSettings:
-    """``--allow-control``: the token that signs a user in, and the secret the session and
-    CSRF values are derived from (new each start: a restart signs everyone out)."""
+    """``--allow-control``: the token that signs a user in, the sessions signed in (kept in
+    memory: a restart signs everyone out) and the secret the CSRF values and the outcome notes
+    are signed with (new each start)."""
 
     token: str
     secret: bytes
     command_timeout: float = 10.0
+    #: The signed-in sessions (random ids, newest last); sign-out removes one.
+    sessions: dict[str, None] = field(default_factory=dict)
 
 
 @dataclass

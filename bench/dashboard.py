@@ -128,6 +128,8 @@ def run(console: Console, store: RedisTaskStore, bare: object, n: int, rounds: i
         ("list /tasks (no filter: the default page)", "/tasks", False),
         ("list: status=failed, name=mail.send", "/tasks?status=failed&name=mail.send", False),
         ("list: tag=t3", "/tasks?tag=t3", False),
+        ("list: tag=t3, status=paused, bucket=7 (rare)", "/tasks?tag=t3&status=paused&bucket=7",
+         False),
         ("list: bucket 5, pending, newest first",
          "/tasks?bucket=5&status=pending&order=newest", False),
         ("list: prefix=mail, after the middle task", f"/tasks?prefix=mail&after={mark}", False),

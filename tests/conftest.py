@@ -1,7 +1,8 @@
-"""Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port.
+"""Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port; tests
+that need PostgreSQL get a private server the same way (``tests/support/postgres_server.py``).
 
-Locally a missing ``redis-server`` skips those tests with a reason; in CI (``CI`` set) it is a
-failure, so the Redis proofs can never silently disappear from a green run.
+Locally a missing ``redis-server`` (or PostgreSQL) skips those tests with a reason; in CI (``CI``
+set) it is a failure, so the server proofs can never silently disappear from a green run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.postgres_server import PostgresProc, postgres_bin_dir
 from tests.support.redis_server import RedisProc, redis_server_path
 
 IN_CI = bool(os.environ.get("CI"))
@@ -40,6 +42,32 @@ def fresh_redis_proc() -> Iterator[RedisProc]:
     """A private server for tests that kill, stop or reconfigure it."""
     require_redis_server()
     server = RedisProc()
+    yield server
+    server.close()
+
+
+def require_postgres() -> None:
+    if postgres_bin_dir() is None:
+        message = "PostgreSQL is not installed (apt-get install -y postgresql)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_proc() -> Iterator[PostgresProc]:
+    """One PostgreSQL server for the session; tests isolate themselves by schema."""
+    require_postgres()
+    server = PostgresProc()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fresh_postgres_proc() -> Iterator[PostgresProc]:
+    """A private PostgreSQL server for tests that kill or restart it."""
+    require_postgres()
+    server = PostgresProc()
     yield server
     server.close()
 

@@ -108,3 +108,20 @@ class InvalidCursor(StoreError):
 
     def __reduce__(self) -> tuple[type[InvalidCursor], tuple[object, str]]:
         return (type(self), (self.cursor, self.detail))
+
+
+class UnsupportedSchema(StoreError):
+    """A SQL database records a schema version newer than this code knows (written by a newer
+    release): it is refused before anything is read or written, never downgraded."""
+
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        self.where = where
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{where}: schema version {found} is newer than this release supports ({supported});"
+            " upgrade chongming-redis to open it"
+        )
+
+    def __reduce__(self) -> tuple[type[UnsupportedSchema], tuple[str, int, int]]:
+        return (type(self), (self.where, self.found, self.supported))

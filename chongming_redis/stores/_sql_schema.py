@@ -1,0 +1,208 @@
+"""The logical schema every SQL store shares (``SqliteTaskStore``, ``PostgresTaskStore``): the
+tables, their columns and indexes, the versioned migrations, and the ``Dialect`` and ``Tx``
+seams through which the shared SQL of ``_sql_*`` modules reaches a driver.
+
+Shared SQL is written with ``?`` placeholders and no string literals (every value is a
+parameter), so a dialect whose driver wants ``%s`` converts it with ``format_placeholders`` and
+may store text however it likes (PostgreSQL ``text`` cannot hold NUL, which an id may contain:
+its ``Tx`` may bind every ``str`` as UTF-8 ``bytea``; the codec decodes ``bytes`` text back).
+Text compares in code-point order: SQLite's ``BINARY`` collation and ``bytea`` compare UTF-8
+bytes, and UTF-8 byte order is code-point order (a ``text`` column would need ``COLLATE "C"``).
+
+Tables (``schema_statements``):
+
+* ``tasks`` — one row per task, the codec's ``SNAPSHOT_COLUMNS`` plus ``feed_position`` (its
+  place in the change feed). Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a
+  float stays a float in any dialect.
+* ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
+  the ``tags`` JSON would let ``a"io`` match ``io``).
+* ``history`` — ``(task_id, version)`` primary key: ``append`` is ``ON CONFLICT DO NOTHING``.
+* ``commands`` — the codec's ``COMMAND_COLUMNS`` plus ``listed`` (0 once its task was pruned:
+  ``task_commands`` no longer lists it, ``get_command`` still reads it).
+* ``tombstones`` — pruned tasks in the change feed, at their own positions, kept forever.
+* ``meta`` — named integers: ``feed_head`` (the last feed position issued), ``num_buckets``
+  (recorded by the first pool worker).
+* ``pool_workers``, ``pool_buckets`` — the bucket pool (``BucketPoolStore``).
+* ``task_types`` — the task type names workers recorded (``TaskTypesStore``).
+* ``schema_version`` — one row per migration applied; a database whose recorded version is newer
+  than this code's ``SCHEMA_VERSION`` is refused (``UnsupportedSchema``), never written to.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Protocol
+
+from chongming_redis.errors import UnsupportedSchema
+
+#: The schema version this code writes and reads.
+SCHEMA_VERSION = 1
+
+#: Above this many values an ``IN (?, ?, ...)`` list is replaced by the dialect's set parameter
+#: (old SQLite builds allow 999 parameters per statement).
+MAX_IN_LIST = 200
+
+
+class Tx(Protocol):
+    """One transaction of a SQL store, as the shared ``_sql_*`` code uses it. SQL comes with
+    ``?`` placeholders; the implementation converts them for its driver."""
+
+    dialect: Dialect
+
+    def rows(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Run a statement that returns rows; all of them."""
+        ...
+
+    def run(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Run a statement; the number of rows it matched (``rowcount``)."""
+        ...
+
+
+def _in_placeholders(column: str, values: Sequence[object]) -> tuple[str, list[object]]:
+    return f"{column} IN ({', '.join('?' * len(values))})", list(values)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between SQL databases in the shared SQL: column types, row locks, and how
+    a large set of integers is passed as one parameter."""
+
+    name: str
+    text: str  # ids, names, messages (compared in code-point order)
+    blob: str  # msgpack payloads
+    bigint: str  # microseconds, versions, positions (64-bit)
+    #: Appended to a SELECT that reads rows the transaction will then write (" FOR UPDATE").
+    for_update: str = ""
+    #: Appended to a claim's SELECT: rows another transaction holds are skipped, not waited for.
+    skip_locked: str = ""
+    #: ``(column, values) -> (condition, params)`` for sets above ``MAX_IN_LIST``.
+    large_set: Callable[[str, Sequence[int]], tuple[str, list[object]]] = field(
+        default=_in_placeholders
+    )
+
+    def member_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
+        """``column`` is one of ``values``: a condition and its parameters (``1 = 0`` for none:
+        an empty set matches nothing)."""
+        if not values:
+            return "1 = 0", []
+        if len(values) > MAX_IN_LIST and all(type(v) is int for v in values):
+            return self.large_set(column, values)  # type: ignore[arg-type]
+        return _in_placeholders(column, values)
+
+
+def _sqlite_large_set(column: str, values: Sequence[int]) -> tuple[str, list[object]]:
+    # One JSON array parameter, expanded by json_each (built into SQLite since 3.38, and into
+    # the builds Python ships before that).
+    return f"{column} IN (SELECT value FROM json_each(?))", ["[" + ",".join(map(str, values)) + "]"]
+
+
+SQLITE = Dialect("sqlite", text="TEXT", blob="BLOB", bigint="INTEGER", large_set=_sqlite_large_set)
+
+
+@lru_cache(maxsize=512)
+def format_placeholders(sql: str) -> str:
+    """``?`` placeholders as ``%s`` (psycopg, and other "format" drivers). Shared SQL holds no
+    literal ``?`` or ``%``, so the replacement is exact."""
+    if "%" in sql:
+        raise ValueError("shared SQL must not contain '%'")
+    return sql.replace("?", "%s")
+
+
+# -- the tables ------------------------------------------------------------------------------
+
+
+def _v1(d: Dialect) -> list[str]:
+    t, b, n = d.text, d.blob, d.bigint
+    return [
+        f"""CREATE TABLE IF NOT EXISTS tasks (
+            task_id {t} PRIMARY KEY, name {t} NOT NULL, status {t} NOT NULL,
+            status_version {n} NOT NULL, created_at {n} NOT NULL, updated_at {n} NOT NULL,
+            tags {t} NOT NULL, bucket {n} NOT NULL, "key" {t}, pipeline_run_id {t},
+            params {b}, result {b},
+            progress_current {t}, progress_total {t}, progress_message {t},
+            failure_type {t}, failure_message {t}, failure_traceback {t},
+            heartbeat_at {n}, lease_owner {t}, lease_until {n}, attempt {n} NOT NULL,
+            not_before {n}, feed_position {n} NOT NULL)""",
+        # The unfiltered order, and prune's (oldest terminal first).
+        "CREATE INDEX IF NOT EXISTS tasks_by_created ON tasks (created_at, task_id)",
+        # Status filters, counts() (GROUP BY status) and prune's terminal tasks.
+        "CREATE INDEX IF NOT EXISTS tasks_by_status ON tasks (status, created_at, task_id)",
+        # The bucket query above all: "the tasks of the buckets I own", start_tasks' PENDING
+        # tasks of those buckets, and bucket_counts (GROUP BY bucket, status).
+        "CREATE INDEX IF NOT EXISTS tasks_by_bucket ON tasks (bucket, status, created_at, task_id)",
+        "CREATE INDEX IF NOT EXISTS tasks_by_name ON tasks (name, created_at, task_id)",
+        "CREATE INDEX IF NOT EXISTS tasks_by_pipeline ON tasks (pipeline_run_id, created_at,"
+        " task_id) WHERE pipeline_run_id IS NOT NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS tasks_by_feed ON tasks (feed_position)",
+        f"""CREATE TABLE IF NOT EXISTS task_tags (
+            tag {t} NOT NULL, task_id {t} NOT NULL, PRIMARY KEY (tag, task_id))""",
+        "CREATE INDEX IF NOT EXISTS task_tags_by_task ON task_tags (task_id)",
+        f"""CREATE TABLE IF NOT EXISTS history (
+            task_id {t} NOT NULL, version {n} NOT NULL, from_status {t}, to_status {t} NOT NULL,
+            "at" {n} NOT NULL, reason {t}, PRIMARY KEY (task_id, version))""",
+        f"""CREATE TABLE IF NOT EXISTS commands (
+            command_id {t} PRIMARY KEY, task_id {t} NOT NULL, kind {t} NOT NULL,
+            created_at {n} NOT NULL, issued_by {t}, payload {b}, lease_until {n},
+            finished_at {n}, outcome {t}, listed {n} NOT NULL)""",
+        # The claim window: only unfinished commands, in claim order.
+        "CREATE INDEX IF NOT EXISTS commands_open ON commands (created_at, command_id)"
+        " WHERE finished_at IS NULL",
+        "CREATE INDEX IF NOT EXISTS commands_by_task ON commands (task_id, created_at,"
+        " command_id) WHERE listed = 1",
+        f"""CREATE TABLE IF NOT EXISTS tombstones (
+            position {n} PRIMARY KEY, task_id {t} NOT NULL, name {t} NOT NULL,
+            bucket {n} NOT NULL, removed_at {n} NOT NULL)""",
+        f"CREATE TABLE IF NOT EXISTS meta (name {t} PRIMARY KEY, value {n} NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS pool_workers (
+            worker {t} PRIMARY KEY, expires_at {n} NOT NULL, beat_at {n} NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS pool_buckets (
+            bucket {n} PRIMARY KEY, owner {t} NOT NULL, lease_until {n} NOT NULL)""",
+        f"CREATE TABLE IF NOT EXISTS task_types (name {t} PRIMARY KEY)",
+    ]
+
+
+#: version -> the statements that bring a database from ``version - 1`` to ``version``.
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1}
+assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def version_table(d: Dialect) -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS schema_version"
+        f" (version {d.bigint} PRIMARY KEY, applied_at {d.bigint} NOT NULL)"
+    )
+
+
+def migrate(tx: Tx, now_us: int, where: str) -> int:
+    """Bring the schema up to ``SCHEMA_VERSION`` inside ``tx`` (which must exclude other
+    migrators: SQLite's write lock, a PostgreSQL advisory lock); returns the version found.
+    A newer recorded version raises ``UnsupportedSchema`` before anything is written."""
+    tx.run(version_table(tx.dialect))
+    found = recorded_version(tx)
+    if found > SCHEMA_VERSION:
+        raise UnsupportedSchema(where, found, SCHEMA_VERSION)
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version](tx.dialect):
+            tx.run(statement)
+        tx.run("INSERT INTO schema_version (version, applied_at) VALUES (?, ?)", [version, now_us])
+    tx.run(
+        "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+        ["feed_head", 0],
+    )
+    return found
+
+
+def recorded_version(tx: Tx) -> int:
+    (value,) = tx.rows("SELECT MAX(version) FROM schema_version")[0]
+    return 0 if value is None else int(value)
+
+
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def is_plain_identifier(name: str) -> bool:
+    """A lower-case SQL identifier that needs no quoting (a PostgreSQL schema name, say)."""
+    return bool(_IDENT.fullmatch(name))

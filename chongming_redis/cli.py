@@ -23,6 +23,7 @@ from chongming_redis.cli_common import (
     NamespaceOpt,
     RedisOpt,
     RetryBackoffOpt,
+    StoreOpt,
     UserError,
     console,
     err,
@@ -31,6 +32,7 @@ from chongming_redis.cli_common import (
     progress,
     retry_policy,
     say_error,
+    store_target,
     user_errors,
 )
 from chongming_redis.cli_worker import (
@@ -80,13 +82,6 @@ def root(
     """chongming-redis: run, submit, inspect and control tasks kept in Redis."""
 
 
-def client(redis_url: str | None, namespace: str, app_spec: str | None = None) -> Any:
-    from chongming_redis.runtime.controller import Controller
-
-    store = open_store(redis_url, namespace)
-    return Controller(store, app=load_app(app_spec) if app_spec else None, owner=_cli_owner())
-
-
 def _cli_owner() -> str:
     return f"cli-{os.uname().nodename}-{os.getpid()}"
 
@@ -102,6 +97,7 @@ def _cli_owner() -> str:
 def worker(
     app_spec: Annotated[str, typer.Argument(metavar="APP", help="package.module:app")],
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
     prefetch: Annotated[
@@ -131,8 +127,10 @@ def worker(
 ) -> None:  # fmt: skip
     """Run tasks of APP: join the namespace's pool and serve a share of its buckets.
 
-    Without --redis it starts a private Redis (redis-server from PATH, else the embedded
-    extra's) and says which. Ctrl-C stops gracefully; a second one hands running tasks back.
+    Without --redis or --store it starts a private Redis (redis-server from PATH, else the
+    embedded extra's) and says which. --store sqlite:///path runs on a SQLite file (created if
+    missing; the workers of one machine share it), --store postgresql://... on PostgreSQL (the
+    namespace is the schema). Ctrl-C stops gracefully; a second one hands running tasks back.
     """
     with user_errors():
         from chongming_redis.runtime.config import ControllerConfig
@@ -140,7 +138,9 @@ def worker(
         retry = retry_policy(max_attempts, retry_backoff)
         level = log_level(level)
         port = check_metrics_port(metrics_port)
-        parent = processes > 1 or not redis
+        if redis or store_url:  # a bad URL: one line here, not one per worker process
+            store_target(redis, store_url, namespace)
+        parent = processes > 1 or not (redis or store_url)
         # Before the app is imported: it may import prometheus_client (metrics/shared.py).
         with metrics_shared(port > 0 and parent) as metrics_dir:
             load_app(app_spec)
@@ -152,7 +152,7 @@ def worker(
             options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
                                     worker_lease, grace, retry=retry, log_level=level,
                                     metrics_host=metrics_host, metrics_port=port,
-                                    metrics_dir=metrics_dir)  # fmt: skip
+                                    metrics_dir=metrics_dir, store_url=store_url)  # fmt: skip
             configure_logging(level)
             if parent:
                 run_workers(options, processes)
@@ -175,6 +175,7 @@ def submit(
         float, typer.Option(help="seconds from now before the task may start (sets not_before)")
     ] = 0.0,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     num_buckets: Annotated[
         int | None,
@@ -194,9 +195,10 @@ def submit(
             raise UserError(f"--params is not JSON: {exc}") from None
         from chongming_redis.client import Client
 
-        store = open_store(redis, namespace)
+        task_app = load_app(app_spec)  # a bad APP: nothing opened, no SQLite file created
+        store = open_store(redis, namespace, store_url=store_url, create=True)
         buckets = _namespace_buckets(store, namespace, num_buckets)
-        client = Client(store, app=load_app(app_spec), num_buckets=buckets, name=_cli_owner(),
+        client = Client(store, app=task_app, num_buckets=buckets, name=_cli_owner(),
                         owns_store=True)  # fmt: skip
         with progress("submitting", count, shown=None if count > 1 else False) as advance:
             done = 0
@@ -233,13 +235,14 @@ def changes(
     follow: Annotated[bool, typer.Option(help="keep reading until interrupted")] = False,
     interval: Annotated[float, typer.Option(help="seconds between polls when caught up")] = 1.0,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """The change feed as JSON lines: one per item, then {"next_cursor": ...} per page."""
     from chongming_redis.feed.follow import stream
 
     with user_errors():
-        store = open_store(redis, namespace)
+        store = open_store(redis, namespace, store_url=store_url)
         try:
             stream(store, after=after, limit=limit, follow=follow, interval=interval,
                    write=lambda line: print(line, flush=True))  # fmt: skip
@@ -254,13 +257,14 @@ cli_control.register(app)
 def prune(
     keep: Annotated[int, typer.Option(help="terminal tasks to keep (the newest)")] = 1000,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Drop the oldest terminal tasks beyond --keep, with their history."""
     with user_errors():
         if keep < 0:
             raise UserError(f"--keep must be at least 0, not {keep}")
-        store = open_store(redis, namespace)
+        store = open_store(redis, namespace, store_url=store_url)
         terminal = sum(n for s, n in store.counts().items() if s.is_terminal)
         to_drop = max(0, terminal - keep)
         dropped = 0
@@ -279,22 +283,28 @@ def prune(
 @app.command()
 def demo(
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     tasks_count: Annotated[int, typer.Option("--tasks", help="tasks to submit", min=1)] = 300,
     workers_count: Annotated[int, typer.Option("--workers", help="worker processes", min=1)] = 3,
     keep: Annotated[
-        bool, typer.Option("--keep", help="keep the namespace in a Redis given with --redis")
+        bool, typer.Option("--keep", help="keep the run's tasks in the store given with "
+                           "--redis or --store (its namespace, SQLite file or schema)")
     ] = False,
-) -> None:
-    """The multi-process demo, narrated, on a private Redis (or --redis).
+) -> None:  # fmt: skip
+    """The multi-process demo, narrated, on a private Redis (or --redis, or --store).
+
+    --store sqlite:///tmp/demo.sqlite3 runs it on a new SQLite file (no Redis at all),
+    --store postgresql://... in a new schema of that database.
 
     Example: chongming-redis demo --tasks 100 --workers 2
     """
     from chongming_redis.demo import run_demo
 
-    from_env = bool(redis) and not any(a.startswith("--redis") for a in sys.argv[1:])
+    given = "--store" if store_url else "--redis"
+    from_env = bool(redis or store_url) and not any(a.startswith(given) for a in sys.argv[1:])
     with user_errors():
-        sys.exit(run_demo(redis_url=redis, tasks=tasks_count, workers=workers_count, keep=keep,
-                          url_from_env=from_env))  # fmt: skip
+        sys.exit(run_demo(redis_url=redis, store_url=store_url, tasks=tasks_count,
+                          workers=workers_count, keep=keep, url_from_env=from_env))  # fmt: skip
 
 
 @app.command(

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
@@ -21,6 +20,7 @@ from chongming_redis.embedded import EmbeddedRedisError
 from chongming_redis.env import AUDIT_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
+from chongming_redis.stores.urls import shown_url
 
 if TYPE_CHECKING:
     from chongming_redis.runtime.retry import RetryPolicy
@@ -32,10 +32,46 @@ err = Console(stderr=True)
 #: column (a task id above all) is ever cut or wrapped.
 UNLIMITED = 100_000
 
+#: Where ``--store`` is read from when not given.
+STORE_ENV = "CHONGMING_STORE_URL"
+REDIS_ENV = "CHONGMING_REDIS_URL"
+
+
+def _one_store(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """``--redis`` and ``--store`` name the one store a command opens: given both on the
+    command line (or both in the environment) is a usage error; one on the command line and
+    the other in the environment: the command line wins (an exported CHONGMING_REDIS_URL does
+    not stop ``--store sqlite:///...``)."""
+    if value is None or param.name is None:
+        return value
+    source = ctx.get_parameter_source(param.name)
+    from_env = getattr(source, "name", None) == "ENVIRONMENT"
+    seen: dict[str, bool] = ctx.meta.setdefault("chongming_redis.store_sources", {})
+    other = "store_url" if param.name == "redis" else "redis"
+    seen[param.name] = from_env
+    if other not in seen:
+        return value
+    if from_env and not seen[other]:
+        return None  # the other one came from the command line
+    if seen[other] and not from_env:
+        ctx.params[other] = None  # this one did
+        return value
+    both = f"{REDIS_ENV} and {STORE_ENV} are both set" if from_env else "both given"
+    raise typer.BadParameter(f"--redis and --store name the same store: give one ({both})")
+
+
 RedisOpt = Annotated[
     str | None,
-    typer.Option("--redis", envvar="CHONGMING_REDIS_URL", help="redis:// or unix:// URL"),
-]
+    typer.Option("--redis", envvar=REDIS_ENV, help="redis:// or unix:// URL",
+                 callback=_one_store),
+]  # fmt: skip
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", envvar=STORE_ENV, callback=_one_store,
+                 help="any store's URL instead of --redis: redis://..., sqlite:///abs/path "
+                      "(or sqlite:relative/path), postgresql://... (the namespace is its "
+                      "schema)"),
+]  # fmt: skip
 NamespaceOpt = Annotated[
     str, typer.Option("--namespace", envvar="CHONGMING_NAMESPACE", help="store namespace")
 ]
@@ -88,41 +124,77 @@ def _params_line(text: str) -> str:
     return f"{head}: {'; '.join(errors)}" if errors else head
 
 
-def open_store(redis_url: str | None, namespace: str, *, check_server: bool = True) -> Any:
-    """The namespace's store; fails with one line when the server cannot be reached.
-    ``check_server``: warn (once per process) about settings that can lose data; the read
-    commands skip it, so the warning is not repeated on every ``tasks`` and ``show``."""
-    from chongming_redis.stores.redis import RedisTaskStore
+def open_store(
+    redis_url: str | None,
+    namespace: str,
+    *,
+    store_url: str | None = None,
+    check_server: bool = True,
+    create: bool = False,
+) -> Any:
+    """The namespace's store, from ``--redis`` or ``--store`` (``_one_store`` leaves at most
+    one of them); fails with one line when the URL is bad or the server cannot be reached.
+    ``check_server``: warn (once per process) about Redis settings that can lose data; the
+    read commands skip it, so the warning is not repeated on every ``tasks`` and ``show``.
+    ``create``: a SQLite file that is not there yet is created (a worker, a submit); else it is
+    refused, so a mistyped path reads as an error, not as an empty database."""
+    from chongming_redis.stores.urls import open_store_url
 
-    if not redis_url:
-        raise UserError("no Redis given: pass --redis URL or set CHONGMING_REDIS_URL")
-    store = RedisTaskStore.from_url(
-        redis_url,
-        namespace=namespace,
-        socket_timeout=5,
-        socket_connect_timeout=2,
-        retries=1,
-        check_server=check_server,
-        audit=os.environ.get(AUDIT_ENV) == "1",
-    )
-    store.counts()  # fail now, with one line, if the server cannot be reached
+    url = store_target(redis_url, store_url, namespace)
+    options = {"socket_timeout": 5, "socket_connect_timeout": 2, "retries": 1,
+               "check_server": check_server, "audit": os.environ.get(AUDIT_ENV) == "1"}  # fmt: skip
+    if store_url is None:  # --redis: redis-py judges the URL, as it always did
+        from chongming_redis.stores.redis import RedisTaskStore
+
+        store: Any = RedisTaskStore.from_url(url, namespace=namespace, **options)
+    else:
+        store = open_store_url(url, namespace=namespace, must_exist=not create,
+                               redis_options=options)  # fmt: skip
+    try:
+        store.counts()  # fail now, with one line, if the server cannot be reached
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
-def shown_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+def store_target(redis_url: str | None, store_url: str | None, namespace: str) -> str:
+    """The URL to open, checked without opening anything: a ``UserError`` or ``StoreUrlError``
+    for a missing or bad URL, a ``--redis`` that is not Redis, or a namespace the store
+    cannot hold."""
+    from chongming_redis.stores.urls import parse_store_url
+
+    if store_url is not None:
+        parse_store_url(store_url).check_namespace(namespace)
+        return store_url
+    if not redis_url:
+        raise UserError(f"no Redis given: pass --redis URL or set {REDIS_ENV} (or --store URL / "
+                        f"{STORE_ENV} for SQLite or PostgreSQL)")  # fmt: skip
+    if parse_kind(redis_url) not in (None, "redis"):
+        raise UserError(f"bad Redis URL {shown_url(redis_url)!r}: --redis takes redis://, "
+                        "rediss:// or unix://; give other stores with --store")  # fmt: skip
+    return redis_url
 
 
-def where(namespace: str, redis_url: str | None) -> str:
-    """``namespace 'default' on redis://host:6379/0``"""
-    return f"namespace {namespace!r} on {shown_url(redis_url or '')}"
+def parse_kind(url: str) -> str | None:
+    """The kind of store ``url`` names (``redis``, ``sqlite``, ``postgresql``), ``None`` if
+    none (a ``--redis`` value redis-py then judges, as it always did)."""
+    from chongming_redis.stores.urls import StoreUrlError, parse_store_url
+
+    try:
+        return parse_store_url(url).kind
+    except StoreUrlError:
+        return None
+
+
+def where(namespace: str, url: str | None) -> str:
+    """``namespace 'default' on redis://host:6379/0``, ``SQLite database /path``."""
+    from chongming_redis.stores.urls import StoreUrlError, parse_store_url
+
+    try:
+        return parse_store_url(url or "").where(namespace)
+    except StoreUrlError:
+        return f"namespace {namespace!r} on {shown_url(url or '')}"
 
 
 def out(*, wide: bool = False) -> Console:

@@ -21,6 +21,7 @@ from chongming_redis.cli_common import (
     JsonOpt,
     NamespaceOpt,
     RedisOpt,
+    StoreOpt,
     UserError,
     console,
     err,
@@ -41,11 +42,11 @@ TimeoutOpt = Annotated[
 ]
 
 
-def open_client(redis_url: str | None, namespace: str) -> Client:
+def open_client(redis_url: str | None, namespace: str, store_url: str | None) -> Client:
     from chongming_redis.client import Client
 
     name = f"cli-{os.uname().nodename}-{os.getpid()}"
-    return Client(open_store(redis_url, namespace), name=name, owns_store=True)
+    return Client(open_store(redis_url, namespace, store_url=store_url), name=name, owns_store=True)
 
 
 # -- stop / pause / resume ---------------------------------------------------------------------
@@ -70,12 +71,13 @@ def control_command(action: str) -> Callable[..., None]:
         timeout: TimeoutOpt = 30.0,
         json_out: JsonOpt = False,
         redis: RedisOpt = None,
+        store_url: StoreOpt = None,
         namespace: NamespaceOpt = "default",
     ) -> None:
         with user_errors():
             from chongming_redis.client import CommandTimeout
 
-            client = open_client(redis, namespace)
+            client = open_client(redis, namespace, store_url)
             began = time.monotonic()
             try:
                 outcome = getattr(client, action)(task_id, wait=wait, timeout=timeout)
@@ -141,6 +143,7 @@ def retry(
     task_id: Annotated[str, typer.Argument(help="a failed, stopped or lost task")],
     json_out: JsonOpt = False,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Give a FAILED, STOPPED or LOST task a new attempt (PENDING now, any worker runs it).
@@ -150,7 +153,7 @@ def retry(
     with user_errors():
         from chongming_redis.client import TaskNotFound
 
-        client = open_client(redis, namespace)
+        client = open_client(redis, namespace, store_url)
         try:
             client.retry(task_id)
             snapshot = client.get(task_id)
@@ -169,6 +172,7 @@ def retry(
 def result(
     task_id: Annotated[str, typer.Argument(help="the task's id")],
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Print a finished task's result as JSON; exit 3 if it ended without one.
@@ -178,7 +182,8 @@ def result(
     Example: chongming-redis result 250ef4a44e1bd7a2c0f9 | jq .width
     """
     with user_errors():
-        waited = _wait_all([task_id], redis, namespace, timeout=0.0, json_out=True, bar=False)
+        waited = _wait_all([task_id], (redis, store_url), namespace, timeout=0.0,
+                           json_out=True, bar=False)  # fmt: skip
     raise typer.Exit(waited)
 
 
@@ -189,6 +194,7 @@ def wait(
     ] = None,
     json_out: JsonOpt = False,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Wait until the tasks finish; print one line per task with its outcome and result.
@@ -199,17 +205,17 @@ def wait(
     Example: chongming-redis wait 250ef4a44e1bd7a2c0f9 9c1d... --timeout 60
     """
     with user_errors():
-        status = _wait_all(task_ids, redis, namespace, timeout=timeout, json_out=json_out,
-                           bar=len(task_ids) > 1)  # fmt: skip
+        status = _wait_all(task_ids, (redis, store_url), namespace, timeout=timeout,
+                           json_out=json_out, bar=len(task_ids) > 1)  # fmt: skip
     raise typer.Exit(status)
 
 
-def _wait_all(task_ids: list[str], redis_url: str | None, namespace: str, *,
+def _wait_all(task_ids: list[str], urls: tuple[str | None, str | None], namespace: str, *,
               timeout: float | None, json_out: bool, bar: bool) -> int:  # fmt: skip
     """Wait for each task in turn (one shared deadline); the exit status."""
     from chongming_redis.client import TaskNotFinished, TaskNotFound
 
-    client = open_client(redis_url, namespace)
+    client = open_client(urls[0], namespace, urls[1])
     missing = [task_id for task_id in task_ids if client.get(task_id) is None]
     if missing:  # refused before waiting for the others: no half-written report
         client.close()

@@ -17,12 +17,13 @@ import typer
 from chongming_redis.cli_common import (
     NamespaceOpt,
     RedisOpt,
+    StoreOpt,
     UserError,
     console,
     err,
     open_store,
-    shown_url,
     user_errors,
+    where,
 )
 
 TOKEN_ENV = "CHONGMING_DASHBOARD_TOKEN"
@@ -31,6 +32,7 @@ TOKEN_ENV = "CHONGMING_DASHBOARD_TOKEN"
 def dashboard(
     ctx: typer.Context,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8000,
@@ -64,14 +66,14 @@ def dashboard(
             raise UserError("the token must be at least 16 characters")
         if not 0 <= port <= 65535:
             raise UserError(f"--port must be from 0 to 65535, not {port}")
-        store = open_store(redis, namespace, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False)
         sock = _listen(host, port)
         control_token = (token or secrets.token_urlsafe(24)) if allow_control else None
         hosts = allowed_hosts(host, allowed_host or [])
         # uvicorn shuts down cleanly on Ctrl-C, then re-raises it: that is a normal stop.
         with contextlib.suppress(KeyboardInterrupt):
-            serve(store, sock, namespace=namespace, redis=redis or "", token=control_token,
-                  hosts=hosts)  # fmt: skip
+            serve(store, sock, namespace=namespace, store_url=redis or store_url or "",
+                  token=control_token, hosts=hosts)  # fmt: skip
         console.print("dashboard stopped", highlight=False)
 
 
@@ -102,7 +104,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(store: object, sock: socket.socket, *, namespace: str, redis: str,
+def serve(store: object, sock: socket.socket, *, namespace: str, store_url: str,
           token: str | None, hosts: list[str]) -> None:  # fmt: skip
     import uvicorn
 
@@ -114,7 +116,7 @@ def serve(store: object, sock: socket.socket, *, namespace: str, redis: str,
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
-    console.print(f"dashboard of namespace {namespace!r} on {shown_url(redis)}: {url}",
+    console.print(f"dashboard of {where(namespace, store_url)}: {url}",
                   highlight=False, soft_wrap=True)  # fmt: skip
     if token is None:
         console.print("read-only (--allow-control adds stop/pause/resume/retry buttons)",

@@ -20,6 +20,7 @@ from chongming_redis.cli_common import (
     NamespaceOpt,
     RedisOpt,
     RetryBackoffOpt,
+    StoreOpt,
     UserError,
     WideOpt,
     console,
@@ -73,6 +74,7 @@ def tasks(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """List tasks: id, name, status, progress, attempt, bucket, created, holder."""
@@ -85,7 +87,7 @@ def tasks(
             buckets=frozenset(bucket) if bucket else None, pipeline_run_id=pipeline,
             newest_first=newest_first,
         )  # fmt: skip
-        store = open_store(redis, namespace, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False)
         found = store.query(query)
         if as_json:
             from chongming_redis.cli_json import task_json
@@ -94,7 +96,7 @@ def tasks(
             return
         if not found:
             empty = sum(store.counts().values()) == 0
-            console.print(f"{where(namespace, redis)} has no tasks" if empty
+            console.print(f"{where(namespace, redis or store_url)} has no tasks" if empty
                           else "no tasks match", highlight=False, soft_wrap=True)  # fmt: skip
             return
         from chongming_redis.cli_render import tasks_table
@@ -111,15 +113,16 @@ def show(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """One task: its fields, its failure's traceback, and its history as a timeline."""
     with user_errors():
-        store = open_store(redis, namespace, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False)
         snapshot = store.get(task_id)
         if snapshot is None:
             empty = sum(store.counts().values()) == 0
-            hint = f" ({where(namespace, redis)} has no tasks)" if empty else ""
+            hint = f" ({where(namespace, redis or store_url)} has no tasks)" if empty else ""
             raise UserError(f"no task {task_id!r} in namespace {namespace!r}{hint}")
         history = store.history(task_id)
         if as_json:
@@ -137,11 +140,12 @@ def stats(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Counts per status and per bucket, the workers and their buckets."""
     with user_errors():
-        store = open_store(redis, namespace, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False)
         counts = store.counts()
         per_bucket = store.bucket_counts()
         workers, owners = store.pool_state()
@@ -155,7 +159,7 @@ def stats(
 
         screen = out(wide=wide)
         if sum(counts.values()) == 0:
-            screen.print(f"{where(namespace, redis)} has no tasks", highlight=False)
+            screen.print(f"{where(namespace, redis or store_url)} has no tasks", highlight=False)
         else:
             screen.print(counts_table(counts))
             screen.print(buckets_table(per_bucket))
@@ -171,6 +175,7 @@ def reconcile(
     retry_backoff: RetryBackoffOpt = 1.0,
     as_json: JsonOpt = False,
     redis: RedisOpt = None,
+    store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
 ) -> None:
     """Mark tasks whose lease expired LOST (and queue retries) once; say what was done.
@@ -181,7 +186,7 @@ def reconcile(
 
     with user_errors():
         retry = retry_policy(max_attempts, retry_backoff)
-        store = open_store(redis, namespace)
+        store = open_store(redis, namespace, store_url=store_url)
         report = Controller(store, owner=_cli_owner(), retry=retry).reconcile()
         if as_json:
             from chongming_redis.cli_json import reconcile_json

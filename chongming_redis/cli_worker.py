@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from chongming_redis.cli_common import UserError, err, load_app, open_store, shown_url, user_errors
+from chongming_redis.cli_common import UserError, err, load_app, open_store, user_errors, where
 
 if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
     from wsgiref.simple_server import WSGIServer
@@ -39,11 +39,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s"
 CTRL_C = "press Ctrl-C to stop (a second Ctrl-C hands running tasks back at once)"
 
-_CHILD_MODULES = (
-    "chongming_redis.runtime.controller",
-    "chongming_redis.runtime.pool",
-    "chongming_redis.stores.redis",
-)
+_CHILD_MODULES = ("chongming_redis.runtime.controller", "chongming_redis.runtime.pool")
 
 
 @dataclass(frozen=True)
@@ -61,6 +57,8 @@ class WorkerOptions:
     metrics_port: int = 0  # 0: no metrics
     #: Under a --processes parent with metrics: where its children write their series.
     metrics_dir: str | None = None
+    #: ``--store``: any store's URL (``redis`` is then ``None``).
+    store_url: str | None = None
 
 
 def log_level(text: str) -> str:
@@ -114,16 +112,17 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
 
     app = load_app(options.app_spec)
     events = worker_metrics(options, app, serve=not child)  # the port first: fail fast
-    store = open_store(options.redis, options.namespace)
+    store = open_store(options.redis, options.namespace, store_url=options.store_url,
+                       create=True)  # fmt: skip
     owner = f"{os.uname().nodename}-{os.getpid()}"
     retry = options.retry or RetryPolicy()
     controller = Controller(store, app=app, owner=owner, config=options.config, retry=retry,
                             buckets=BucketPolicy(options.num_buckets), events=events)  # fmt: skip
     controller.join_pool(worker_lease=options.worker_lease)
     logging.getLogger("chongming_redis.worker").info(
-        "worker %s: namespace %r on %s, %d slots, up to %d attempts per task",
-        owner, options.namespace, shown_url(options.redis or ""), options.config.concurrency,
-        retry.max_attempts,
+        "worker %s: %s, %d slots, up to %d attempts per task",
+        owner, where(options.namespace, options.redis or options.store_url),
+        options.config.concurrency, retry.max_attempts,
     )  # fmt: skip
     if not child:
         say_ctrl_c_once_handled()
@@ -142,7 +141,7 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
 
     # The runtime is imported here once (run_worker's imports): a forked child starts with it
     # loaded instead of importing it again, on every child at once.
-    for module in _CHILD_MODULES:
+    for module in (*_CHILD_MODULES, _store_module(options)):
         importlib.import_module(module)
     path, server, on_exit = options.metrics_dir, None, None
     if path is not None:  # before the private Redis: a taken port fails with nothing to undo
@@ -164,7 +163,7 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
             raise SystemExit(130) from None
 
     try:
-        if not options.redis:
+        if not options.redis and not options.store_url:
             embedded = EmbeddedRedis().start()
             options = dataclasses.replace(options, redis=embedded.url)
             _say(f"started a private {embedded.describe()} at {options.redis}")
@@ -178,6 +177,17 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
             embedded.stop()
     if status != 0:
         raise typer.Exit(status)
+
+
+def _store_module(options: WorkerOptions) -> str:
+    """The store's module, for the parent to import before it forks (a bad URL: the children
+    say so, each on one line)."""
+    from chongming_redis.stores.urls import StoreUrlError, parse_store_url
+
+    try:
+        return parse_store_url(options.store_url or options.redis or "redis://").module
+    except StoreUrlError:
+        return "chongming_redis.stores.redis"
 
 
 def _say(line: str) -> None:

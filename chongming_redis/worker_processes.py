@@ -16,9 +16,20 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from chongming_redis.stores.urls import StoreUrlError, parse_store_url
+
+
+def store_option(url: str) -> str:
+    """``--redis`` for a Redis URL (as the workers were always started), else ``--store``."""
+    try:
+        return "--redis" if parse_store_url(url).kind == "redis" else "--store"
+    except StoreUrlError:
+        return "--redis"  # the worker says what is wrong with it, as it always did
+
 
 class WorkerProcesses:
-    """Workers of ``app_spec`` in one namespace; ``options`` are the worker command's options
+    """Workers of ``app_spec`` in one namespace of the store at ``url`` (any store URL: a SQLite
+    file's namespace is ``default``); ``options`` are the worker command's options
     (``--concurrency=4``, ...). With ``logdir`` each process's stdout and stderr go to
     ``worker-<n>.log`` there, else to /dev/null."""
 
@@ -48,7 +59,7 @@ class WorkerProcesses:
     ) -> list[str]:
         return [
             sys.executable, "-m", module, "worker", self.app_spec,
-            f"--redis={self.url}", f"--namespace={self.namespace}",
+            f"{store_option(self.url)}={self.url}", f"--namespace={self.namespace}",
             *(self.options if options is None else options),
         ]  # fmt: skip
 

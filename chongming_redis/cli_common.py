@@ -141,7 +141,7 @@ def open_store(
     from chongming_redis.stores.urls import open_store_url
 
     url = store_target(redis_url, store_url, namespace)
-    options = {"socket_timeout": 5, "socket_connect_timeout": 2, "retries": 1,
+    options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 2, "retries": 1,
                "check_server": check_server, "audit": os.environ.get(AUDIT_ENV) == "1"}  # fmt: skip
     if store_url is None:  # --redis: redis-py judges the URL, as it always did
         from chongming_redis.stores.redis import RedisTaskStore

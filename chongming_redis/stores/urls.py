@@ -164,7 +164,7 @@ def open_store_url(
         return RedisTaskStore.from_url(url, namespace=namespace, **dict(redis_options or {}))
     if target.kind == "sqlite":
         return _open_sqlite(target.path or "", must_exist=must_exist)
-    from chongming_redis.stores.postgres import PostgresTaskStore  # type: ignore[import-not-found]
+    from chongming_redis.stores.postgres import PostgresTaskStore
 
     store: TaskStore = PostgresTaskStore(url, schema=namespace)
     return store

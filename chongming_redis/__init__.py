@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from chongming_redis.runtime.context import TaskContext
     from chongming_redis.runtime.controller import Controller
     from chongming_redis.runtime.retry import RetryPolicy
+    from chongming_redis.stores.postgres import PostgresTaskStore
     from chongming_redis.stores.redis import RedisTaskStore
     from chongming_redis.stores.sqlite import SqliteTaskStore
 
@@ -68,6 +69,7 @@ __all__ = [
     "InMemoryTaskStore",
     "InvalidCursor",
     "InvalidParams",
+    "PostgresTaskStore",
     "Progress",
     "RedisTaskStore",
     "RetryPolicy",
@@ -102,6 +104,7 @@ _LAZY = {
     "InvalidParams": "chongming_redis.runtime.app",
     "UnknownTask": "chongming_redis.runtime.app",
     "RedisTaskStore": "chongming_redis.stores.redis",
+    "PostgresTaskStore": "chongming_redis.stores.postgres",  # psycopg: the [postgres] extra
     "SqliteTaskStore": "chongming_redis.stores.sqlite",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",

@@ -37,10 +37,19 @@ class FeedPositions:
         self._head: int | None = None
         self.issued = 0
 
-    def next(self) -> int:
-        """The position the next successful write takes (call ``used`` once it succeeded)."""
+    def lock(self) -> None:
+        """Take the head row now. A write that locks task rows before it issues a position
+        (``start``, ``prune``) calls this first, so every writer takes the head before any task
+        row: with row locks (PostgreSQL) two writers could otherwise wait for each other (a
+        start holding a task row and waiting for the head, a save holding the head and waiting
+        for that row)."""
         if self._head is None:
             self._head = read_head(self._tx, lock=True)
+
+    def next(self) -> int:
+        """The position the next successful write takes (call ``used`` once it succeeded)."""
+        self.lock()
+        assert self._head is not None
         return self._head + self.issued + 1
 
     def used(self) -> None:

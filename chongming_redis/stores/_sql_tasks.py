@@ -122,6 +122,7 @@ def start(
 ) -> list[TaskSnapshot]:
     """``start_tasks``: the oldest eligible ``PENDING`` tasks of ``buckets`` to ``RUNNING``,
     each with its lease, heartbeat, feed position and history entry."""
+    feed.lock()  # the head before any task row (FeedPositions.lock)
     d, moment, until = tx.dialect, encode_dt(now), encode_dt(lease_until)
     in_buckets, params = d.member_of("bucket", list(buckets))
     conditions = ["status = ?", in_buckets, "(not_before IS NULL OR not_before <= ?)"]
@@ -175,6 +176,7 @@ def prune_batch(
     """Drop up to ``batch`` of the oldest terminal tasks beyond the newest ``keep``, each with
     its history and tags, leaving a tombstone and unlisting its commands. Returns ``(dropped,
     more)``: ``more`` when terminal tasks beyond ``keep`` remain."""
+    feed.lock()  # the head before any task row (FeedPositions.lock)
     d = tx.dialect
     in_terminal, params = d.member_of("status", list(TERMINAL))
     ((count,),) = tx.rows(f"SELECT COUNT(*) FROM tasks WHERE {in_terminal}", params)

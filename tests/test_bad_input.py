@@ -1,9 +1,12 @@
-"""Bad input (the guide's argument rules, awkward ids, corrupt data) on both stores.
+"""Bad input (the guide's argument rules, awkward ids, corrupt data) on every built-in store.
 
 Every refusal is checked twice: the typed error, and that the store is unchanged afterwards
 (memory: its rows, ``query()``, ``counts()`` and history; Redis: the ``DUMP`` of every key of the
 namespace, and, for refusals that must happen before any Redis call, the server's
-``total_commands_processed`` and ``DBSIZE``).
+``total_commands_processed`` and ``DBSIZE``; SQLite: every row of every table, read through a
+second connection, and, for refusals that must happen before any I/O, the statements the
+store's connection ran, counted by a trace callback). Corrupt SQLite rows:
+tests/test_sqlite_store.py.
 
 Where each item is proven (this file adds what the others do not):
 
@@ -48,13 +51,16 @@ B11   here: ``test_b11_*``; contract ``test_claim_refuses_a_lease_that_is_not_*`
 from __future__ import annotations
 
 import copy
+import sqlite3
+import tempfile
 import time
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,10 +86,11 @@ from chongming_redis import (
 from chongming_redis.stores._keys import Keys
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, snapshot_to_row
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stores.sqlite import SqliteTaskStore
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
-BACKENDS = ["memory", "redis"]
+BACKENDS = ["memory", "redis", "sqlite"]
 BAD = (TypeError, ValueError)
 PROP = settings(
     max_examples=60,
@@ -110,9 +117,16 @@ class Harness:
         self.backend = backend
         self.client: redis.Redis | None = None
         self.store: Any
+        self.statements = 0  # SQL statements the SQLite store's connection ran
         if backend == "memory":
             self.store = InMemoryTaskStore()
             self.namespace = ""
+        elif backend == "sqlite":
+            self._dir = tempfile.TemporaryDirectory(prefix="bad-input-")
+            self.path = Path(self._dir.name) / "bad.sqlite3"
+            self.store = SqliteTaskStore(self.path)
+            self.namespace = ""
+            self.store._connection().set_trace_callback(self._count_statement)
         else:
             assert redis_proc is not None
             self.namespace = f"bad-{uuid.uuid4().hex[:12]}"
@@ -130,12 +144,19 @@ class Harness:
     def keys(self) -> Keys:
         return self.store.keys  # type: ignore[no-any-return]
 
+    def _count_statement(self, statement: str) -> None:
+        self.statements += 1
+
     def close(self) -> None:
         self.store.close()
         if self.client is not None:
             self.client.close()
+        if self.backend == "sqlite":
+            self._dir.cleanup()
 
     def fingerprint(self) -> Any:
+        if self.backend == "sqlite":
+            return sqlite_rows(self.path)
         if self.client is None:
             s = self.store
             rows = copy.deepcopy((s._tasks, s._history, s._commands))
@@ -155,10 +176,13 @@ class Harness:
         """The block must leave the store byte-identical (and, if asked, send Redis nothing)."""
         before = self.fingerprint()
         calls = self.commands_processed() if no_server_call and self.client else 0
+        statements = self.statements
         yield
         if no_server_call and self.client is not None:
             # INFO itself is the one command between the two readings.
             assert self.commands_processed() - calls == 1, "a refused call reached Redis"
+        if no_server_call:
+            assert self.statements == statements, "a refused call reached SQLite"
         assert self.fingerprint() == before
 
     def refuses(
@@ -168,6 +192,15 @@ class Harness:
             call()
         assert not isinstance(caught.value, RecursionError)
         return caught.value
+
+
+def sqlite_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the database, read through a connection of its own."""
+    with closing(sqlite3.connect(path)) as db:
+        tables = [
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        ]
+        return {t: sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
 
 
 def dump_namespace(client: redis.Redis, namespace: str) -> dict[bytes, bytes | None]:
@@ -723,6 +756,18 @@ def test_b9_a_corrupt_command_makes_claim_raise_and_change_nothing(
     with rh.unchanged(), pytest.raises(CorruptRecord) as caught:
         rh.store.claim_commands(now=at(2), lease_seconds=5)
     assert caught.value.key == key
+
+
+def test_the_sqlite_harness_counts_the_statements_a_call_runs() -> None:
+    """The "no SQLite statement" checks above can fail: a call that reaches the database is
+    counted."""
+    h = Harness("sqlite", None)
+    try:
+        before = h.statements
+        h.store.get("a")
+        assert h.statements > before
+    finally:
+        h.close()
 
 
 def test_b9_memory_store_has_no_other_client() -> None:

@@ -1,32 +1,16 @@
-"""Cross-process proofs for ``RedisTaskStore`` (store guide §6, RELIABILITY F1/F4 and Checkers).
+"""kill -9 of redis-server under a mixed write load from real processes (store guide §6,
+RELIABILITY F1/F4 and Checkers): every acknowledged write survives the restart, nothing is
+half-applied, and whatever else was found is explained by an indeterminate op.
 
-The contract suite runs on one connection; these tests run real OS processes
-(``python -m tests.support.workers``) against a real redis-server and count outcomes:
-
-1. 8 processes ``save`` the same version of one task, round after round: exactly one wins.
-2. 8 consumer processes drain 1,000 commands: every command is claimed exactly once.
-3. A claimer SIGKILLed while holding a lease: its commands stay leased until ``lease_until``,
-   then are claimable exactly once.
-4. kill -9 of redis-server under a mixed write load: every acknowledged write survives the
-   restart, nothing is half-applied, and whatever else was found is explained by an
-   indeterminate op.
+The store-neutral cross-process proofs (8 processes saving one version, 8 consumers draining
+1,000 commands, a SIGKILLed claimer's leases) run on Redis and on SQLite in
+tests/test_cross_process.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import select
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,160 +19,19 @@ import redis
 
 from chongming_redis.model import (
     Command,
-    CommandKind,
     TaskQuery,
-    TaskSnapshot,
     TaskStatus,
 )
-from chongming_redis.stores.codec import decode_dt, encode_dt
+from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.redis import RedisTaskStore
+from tests.support.processes import read_lines, spawner
 from tests.support.redis_server import RedisProc
-from tests.support.workers import coord_key, racer_snapshot
+from tests.support.workers import command, submit_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(90)]
 
-ROOT = Path(__file__).resolve().parents[1]
-T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
-
-# -- process handling -------------------------------------------------------------------------
-
-
-@dataclass
-class Worker:
-    proc: subprocess.Popen[bytes]
-    name: str
-    stderr_path: Path
-    buffer: bytes = b""
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def read_json(self, timeout: float = 15.0) -> dict[str, Any]:
-        """The next stdout line as JSON, waiting at most ``timeout`` seconds."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{self.name}: no line within {timeout}s; {self.stderr()}")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise AssertionError(f"{self.name} closed stdout; {self.stderr()}")
-                self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def stderr(self) -> str:
-        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-        return f"stderr of {self.name}:\n{text[-3000:]}"
-
-
-@dataclass
-class Spawner:
-    """Starts worker processes and always reaps them: SIGKILL by pid for any still running."""
-
-    tmp: Path
-    workers: list[Worker] = field(default_factory=list)
-
-    def start(self, role: str, name: str, *args: str) -> Worker:
-        stderr_path = self.tmp / f"{name}.stderr"
-        with stderr_path.open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.workers", role, "--name", name, *args],
-                cwd=ROOT,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                bufsize=0,
-            )
-        worker = Worker(proc, name, stderr_path)
-        self.workers.append(worker)
-        return worker
-
-    def wait_all(self, timeout: float, workers: list[Worker] | None = None) -> None:
-        """Wait for ``workers`` (default: all) to exit, each with status 0."""
-        deadline = time.monotonic() + timeout
-        for worker in self.workers if workers is None else workers:
-            try:
-                code = worker.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise AssertionError(f"{worker.name} still running; {worker.stderr()}") from None
-            assert code == 0, f"{worker.name} exited with {code}; {worker.stderr()}"
-
-    def cleanup(self) -> None:
-        for worker in self.workers:
-            proc = worker.proc
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)  # only pids this spawner started
-            proc.wait(10)
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    with suppress(BrokenPipeError):
-                        pipe.close()
-
-
-@contextmanager
-def spawner(tmp: Path) -> Iterator[Spawner]:
-    spawned = Spawner(tmp)
-    try:
-        yield spawned
-    finally:
-        spawned.cleanup()
-
-
-@pytest.fixture
-def store(redis_proc: RedisProc, namespace: str) -> Iterator[RedisTaskStore]:
-    s = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def coord(redis_proc: RedisProc) -> Iterator[redis.Redis]:
-    client = redis_proc.client(socket_timeout=40)
-    yield client
-    client.close()
-
-
-def task(
-    task_id: str, *, status: TaskStatus = TaskStatus.PENDING, version: int = 1
-) -> TaskSnapshot:
-    return TaskSnapshot(
-        task_id=task_id,
-        name="cross-process",
-        status=status,
-        status_version=version,
-        created_at=T0,
-        updated_at=T0,
-        tags=frozenset({"raced"}),
-        params={"n": task_id},
-    )
-
-
-def command(i: int) -> Command:
-    return Command(
-        command_id=f"cmd-{i:05d}",
-        task_id=f"task-{i % 17}",
-        kind=CommandKind.STOP,
-        created_at=T0 + timedelta(microseconds=i),
-        issued_by="test",
-    )
-
-
-def submit_all(s: RedisTaskStore, commands: list[Command]) -> None:
-    """Setup only: a few threads so the fsync-per-write server is not the bottleneck."""
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(s.submit_command, commands))
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+# -- helpers ------------------------------------------------------------------------------
 
 
 def raw_command(s: RedisTaskStore, client: redis.Redis, command_id: str) -> Command:
@@ -198,213 +41,7 @@ def raw_command(s: RedisTaskStore, client: redis.Redis, command_id: str) -> Comm
     return s._decode_command(command_id, fields)
 
 
-# -- 1. eight processes save the same version ------------------------------------------------
-
-RACERS = 8
-ROUNDS = 25
-
-
-def test_concurrent_save_of_one_version_has_exactly_one_winner(
-    redis_proc: RedisProc,
-    store: RedisTaskStore,
-    coord: redis.Redis,
-    namespace: str,
-    tmp_path: Path,
-) -> None:
-    started = time.monotonic()
-    bases = {r: task(f"race-{r}") for r in range(ROUNDS)}
-    for base in bases.values():
-        store.create(base)
-    names = [f"racer{i}" for i in range(RACERS)]
-    results_key = coord_key(namespace, "results")
-    winners: list[str] = []
-    spreads: list[float] = []
-    overlapped = 0  # rounds in which all 8 saves were in flight at one moment
-    with spawner(tmp_path) as spawned:
-        for i, name in enumerate(names):
-            spawned.start(
-                "save-racer",
-                name,
-                *("--url", redis_proc.url, "--namespace", namespace),
-                *("--index", str(i), "--rounds", str(ROUNDS)),
-            )
-        ready = {json.loads(coord.blpop([results_key], 30)[1])["ready"] for _ in names}
-        assert ready == set(names)
-        for r in range(ROUNDS):
-            with coord.pipeline(transaction=True) as pipe:  # the barrier: all 8 wake at once
-                for name in names:
-                    pipe.rpush(coord_key(namespace, "go", name), r)
-                pipe.execute()
-            outcomes = []
-            for _ in names:
-                popped = coord.blpop([results_key], 30)
-                assert popped is not None, f"round {r}: a racer did not report"
-                outcomes.append(json.loads(popped[1]))
-            assert {o["round"] for o in outcomes} == {r}
-            assert sorted(o["name"] for o in outcomes) == sorted(names)
-            ok = [o["name"] for o in outcomes if o["outcome"] == "ok"]
-            conflicts = [o for o in outcomes if o["outcome"] == "conflict"]
-            assert len(ok) == 1, f"round {r}: winners {ok}, outcomes {outcomes}"
-            assert len(conflicts) == RACERS - 1, f"round {r}: {outcomes}"
-            winner = ok[0]
-            winners.append(winner)
-            expected = racer_snapshot(bases[r], names.index(winner), winner)
-            # Each loser saw the winner's version, and the store holds the winner's snapshot
-            # (the version alone names the racer: each one writes 2 + its index).
-            assert {c["actual"] for c in conflicts} == {expected.status_version}
-            assert store.get(f"race-{r}") == expected
-            starts = [o["t0"] for o in outcomes]
-            spreads.append(max(starts) - min(starts))
-            overlapped += max(starts) < min(o["t1"] for o in outcomes)
-        spawned.wait_all(30)
-    # The barrier worked: in every round the 8 calls started close together (typically a few
-    # ms apart; the bound is loose for a loaded 2-core machine).
-    assert max(spreads) < 1.0, spreads
-    # Indexes agree with the snapshots: every task moved out of PENDING exactly once.
-    counts = store.counts()
-    assert counts[TaskStatus.RUNNING] == ROUNDS
-    assert counts[TaskStatus.PENDING] == 0
-    assert len(store.query(TaskQuery(tag="raced"))) == ROUNDS
-    print(
-        f"\n[save race] {ROUNDS} rounds x {RACERS} processes: 1 winner + {RACERS - 1} conflicts"
-        f" every round; wins per racer {dict(sorted(Counter(winners).items()))};"
-        f" start spread median {sorted(spreads)[len(spreads) // 2] * 1000:.1f}ms,"
-        f" max {max(spreads) * 1000:.1f}ms; all 8 in flight together in {overlapped} rounds;"
-        f" {time.monotonic() - started:.2f}s"
-    )
-
-
-# -- 2. eight consumers drain 1,000 commands -------------------------------------------------
-
-CONSUMERS = 8
-COMMANDS = 1000
-
-
-def test_concurrent_consumers_claim_every_command_exactly_once(
-    redis_proc: RedisProc,
-    store: RedisTaskStore,
-    coord: redis.Redis,
-    namespace: str,
-    tmp_path: Path,
-) -> None:
-    started = time.monotonic()
-    commands = [command(i) for i in range(COMMANDS)]
-    submit_all(store, commands)
-    all_ids = {c.command_id for c in commands}
-    names = [f"consumer{i}" for i in range(CONSUMERS)]
-    with spawner(tmp_path) as spawned:
-        for name in names:
-            spawned.start(
-                "claimer",
-                name,
-                *("--url", redis_proc.url, "--namespace", namespace),
-                *("--limit", "7", "--out", str(tmp_path / f"{name}.jsonl")),
-            )
-        ready = {coord.blpop([coord_key(namespace, "ready")], 30)[1].decode() for _ in names}
-        assert ready == set(names)
-        drain_started = time.monotonic()
-        with coord.pipeline(transaction=True) as pipe:
-            for name in names:
-                pipe.rpush(coord_key(namespace, "go", name), "go")
-            pipe.execute()
-        spawned.wait_all(45)
-        drained = time.monotonic() - drain_started
-
-    claimed_by: dict[str, list[str]] = {}
-    calls: dict[str, int] = {}
-    windows = []
-    for name in names:
-        records = read_lines(tmp_path / f"{name}.jsonl")
-        claims = [r for r in records if "claim" in r]
-        assert claims and claims[-1]["claim"] == [], f"{name} did not claim until empty"
-        claimed_by[name] = [cid for r in claims for cid in r["claim"]]
-        completed = [r["completed"] for r in records if "completed" in r]
-        assert completed == claimed_by[name], f"{name} completed what it claimed, in order"
-        assert all(len(r["claim"]) <= 7 for r in claims)
-        calls[name] = len(claims)
-        busy = [r["t"] for r in claims if r["claim"]]
-        if busy:
-            windows.append((min(busy), max(busy)))
-    everything = [cid for ids in claimed_by.values() for cid in ids]
-    duplicates = [cid for cid, n in Counter(everything).items() if n > 1]
-    assert not duplicates, f"claimed more than once: {duplicates[:20]}"
-    assert set(everything) == all_ids and len(everything) == COMMANDS
-    # Concurrency really happened: every consumer got work, and their claim windows overlap.
-    assert all(claimed_by[name] for name in names), {n: len(v) for n, v in claimed_by.items()}
-    assert max(start for start, _ in windows) < min(end for _, end in windows)
-
-    # All finished, each with the outcome of the process that claimed it, and never claimed
-    # again: not even a claimer whose clock is a day ahead (every lease long expired) gets one.
-    owner = {cid: name for name, ids in claimed_by.items() for cid in ids}
-    for cid in sorted(all_ids):
-        stored = raw_command(store, coord, cid)
-        assert stored.finished_at is not None and stored.outcome == owner[cid], stored
-    assert store.claim_commands(now=datetime.now(UTC) + timedelta(days=1), lease_seconds=1) == []
-    per_process = {n: len(claimed_by[n]) for n in names}
-    print(
-        f"\n[claim drain] {COMMANDS} commands, {CONSUMERS} processes, limit 7: claimed once each,"
-        f" 0 duplicates; per process {per_process}; claim calls {calls};"
-        f" drain {drained:.2f}s, total {time.monotonic() - started:.2f}s"
-    )
-
-
-# -- 3. a claimer is SIGKILLed holding a lease -----------------------------------------------
-
-
-def test_sigkilled_claimers_commands_stay_leased_until_lease_until_then_return_once(
-    redis_proc: RedisProc,
-    store: RedisTaskStore,
-    namespace: str,
-    tmp_path: Path,
-) -> None:
-    started = time.monotonic()
-    commands = [command(i) for i in range(10)]
-    for c in commands:
-        store.submit_command(c)
-    flags = ["--url", redis_proc.url, "--namespace", namespace]
-    with spawner(tmp_path) as spawned:
-        grabber = spawned.start("grabber", "grabber", *flags)
-        assert grabber.read_json() == {"ready": "grabber"}
-        victim = spawned.start("victim", "victim", *flags, "--lease", "2", "--limit", "6")
-        report = victim.read_json()
-        os.kill(victim.proc.pid, signal.SIGKILL)  # right after it claimed
-        assert victim.proc.wait(10) == -signal.SIGKILL
-        killed_at = datetime.now(UTC)
-        grabber.send("go")  # a live process claims with the real clock, right after the kill
-        grabbed = grabber.read_json()
-        spawned.wait_all(15, [grabber])
-
-    victims = report["claimed"]
-    assert victims == [c.command_id for c in commands[:6]]  # oldest first
-    assert len(set(report["leases"])) == 1, "one claim, one lease_until"
-    lease_until = decode_dt(report["leases"][0])
-    assert lease_until == decode_dt(report["now"]) + timedelta(seconds=2)
-    # The grabber ran while the dead victim's lease was still valid (else this proves nothing),
-    # and it got only the commands the victim had not taken.
-    assert decode_dt(grabbed["now"]) < lease_until, "grabber ran too late to prove anything"
-    assert grabbed["claimed"] == [c.command_id for c in commands[6:]]
-
-    # Explicit clocks around the dead lease: one microsecond before lease_until none of them
-    # is claimable; at lease_until all of them are, exactly once.
-    before = store.claim_commands(
-        now=lease_until - timedelta(microseconds=1), lease_seconds=60, limit=1000
-    )
-    assert before == []
-    after = store.claim_commands(now=lease_until, lease_seconds=60, limit=1000)
-    assert [c.command_id for c in after] == victims
-    assert {c.lease_until for c in after} == {lease_until + timedelta(seconds=60)}
-    assert store.claim_commands(now=lease_until, lease_seconds=60, limit=1000) == []
-    kill_delay = (killed_at - decode_dt(report["now"])).total_seconds()
-    print(
-        f"\n[sigkill claimer] victim pid leased {len(victims)} commands until "
-        f"{lease_until.isoformat()}, killed {kill_delay:.3f}s"
-        f" after its claim; live grabber got {len(grabbed['claimed'])} others and 0 of the"
-        f" victim's; claim at lease_until-1us: 0; at lease_until: {len(after)} (once);"
-        f" {time.monotonic() - started:.2f}s"
-    )
-
-
-# -- 4. kill -9 of redis-server under load ---------------------------------------------------
+# -- kill -9 of redis-server under load ------------------------------------------------------
 
 WRITERS = 4
 LOAD_SECONDS = 1.5

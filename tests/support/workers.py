@@ -1,19 +1,25 @@
 """Worker entry points for the cross-process tests, each run as a real OS process:
 
-    python -m tests.support.workers <role> --url redis://... --namespace NS --name NAME ...
+    python -m tests.support.workers <role> --url STORE-URL --namespace NS --name NAME ...
 
-Roles (see ``tests/test_redis_cross_process.py`` for what each one proves):
+``STORE-URL`` names the store every process opens: ``redis://...`` (with ``--namespace``) or
+``sqlite:///abs/path`` (``open_store``).
 
-``save-racer``  rounds of "everyone saves the same version of one task" behind a Redis barrier
-``claimer``     claims commands until none is left, completing each with outcome = its name
+Roles (see ``tests/test_cross_process.py`` and ``tests/test_redis_cross_process.py`` for what
+each one proves):
+
+``save-racer``  rounds of "everyone saves the same version of one task": prints ``ready``, then
+                per round waits for the round number on stdin, saves, prints the outcome
+``claimer``     waits for "go" on stdin, claims commands until none is left, completing each
+                with outcome = its name (logged to ``--out``)
 ``victim``      claims one batch with a short lease, reports it, then sleeps until SIGKILLed
 ``grabber``     waits for "go" on stdin, claims once with the real clock, reports, exits
 ``writer``      mixed create/save/append/claim/complete load; logs every op as one JSON line
 
-Coordination (barriers and result lists) uses raw Redis keys under ``coord:<namespace>:``, never
-the store's own keys, except for ``writer``, whose Redis is killed: it is coordinated through
-stdin/stdout. Every line a worker writes is flushed at once, so a killed worker's file holds
-every line it wrote before dying.
+Every process is coordinated through its stdin and stdout (the test writes the barrier's "go"
+to all of them at once), never through the store under test, whose server may be killed. Every
+line a worker writes is flushed at once, so a killed worker's file holds every line it wrote
+before dying.
 """
 
 from __future__ import annotations
@@ -23,28 +29,60 @@ import json
 import random
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
-
-import redis
 
 from chongming_redis.errors import (
     ConcurrencyConflict,
     StoreError,
     StoreUnavailable,
 )
-from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stores.sqlite import SqliteTaskStore
 
 #: Generous bound on any wait for the test process; a worker never outlives it by much.
 WAIT_SECONDS = 30
 
 
-def coord_key(namespace: str, *parts: str) -> str:
-    return ":".join(("coord", namespace, *parts))
+SQLITE_URL = "sqlite://"
+
+
+def open_store(url: str, namespace: str, **redis_options: Any) -> Any:
+    """The store ``url`` names: ``sqlite:///abs/path`` or a Redis URL (in ``namespace``)."""
+    if url.startswith(SQLITE_URL):
+        return SqliteTaskStore(url[len(SQLITE_URL) :])
+    return RedisTaskStore.from_url(url, namespace=namespace, **redis_options)
+
+
+def _wait_for(line: str) -> None:
+    if sys.stdin.readline().strip() != line:
+        raise RuntimeError(f"expected {line!r} on stdin")
+
+
+#: The instant the cross-process tests' records are created at.
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def command(i: int) -> Command:
+    """The ``i``-th command of a cross-process test: ids and times in submission order."""
+    return Command(
+        command_id=f"cmd-{i:05d}",
+        task_id=f"task-{i % 17}",
+        kind=CommandKind.STOP,
+        created_at=T0 + timedelta(microseconds=i),
+        issued_by="test",
+    )
+
+
+def submit_all(store: Any, commands: list[Command]) -> None:
+    """Setup only: a few threads, so a server that syncs every write is not the bottleneck."""
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(store.submit_command, commands))
 
 
 def racer_snapshot(base: TaskSnapshot, index: int, name: str) -> TaskSnapshot:
@@ -78,8 +116,7 @@ def _now() -> datetime:
 
 
 def run_save_racer(args: argparse.Namespace) -> int:
-    store = RedisTaskStore.from_url(args.url, namespace=args.namespace)
-    coord = redis.Redis.from_url(args.url, socket_timeout=WAIT_SECONDS + 5)
+    store = open_store(args.url, args.namespace)
     try:
         task_ids = [f"race-{r}" for r in range(args.rounds)]
         bases = {tid: store.get(tid) for tid in task_ids}
@@ -88,14 +125,9 @@ def run_save_racer(args: argparse.Namespace) -> int:
             if base is None or base.status_version != 1:
                 raise RuntimeError(f"{tid} is not ready: {base}")
             snapshots[tid] = racer_snapshot(base, args.index, args.name)
-        results = coord_key(args.namespace, "results")
-        coord.rpush(results, json.dumps({"ready": args.name}))
-        go = coord_key(args.namespace, "go", args.name)
+        _emit(sys.stdout, {"ready": args.name})
         for _ in range(args.rounds):
-            popped = coord.blpop([go], timeout=WAIT_SECONDS)
-            if popped is None:
-                raise RuntimeError("no go signal")
-            round_no = int(popped[1])
+            round_no = int(sys.stdin.readline())  # the barrier: the test writes to all at once
             snapshot = snapshots[f"race-{round_no}"]
             t0 = time.monotonic()
             record: dict[str, Any] = {"round": round_no, "name": args.name}
@@ -107,24 +139,21 @@ def run_save_racer(args: argparse.Namespace) -> int:
             except StoreError as exc:
                 record.update(outcome="error", error=repr(exc))
             record["t0"], record["t1"] = t0, time.monotonic()
-            coord.rpush(results, json.dumps(record))
+            _emit(sys.stdout, record)
         return 0
     finally:
         store.close()
-        coord.close()
 
 
 # -- claimer -------------------------------------------------------------------------------
 
 
 def run_claimer(args: argparse.Namespace) -> int:
-    store = RedisTaskStore.from_url(args.url, namespace=args.namespace)
-    coord = redis.Redis.from_url(args.url, socket_timeout=WAIT_SECONDS + 5)
+    store = open_store(args.url, args.namespace)
     try:
         with Path(args.out).open("w", encoding="utf-8") as out:
-            coord.rpush(coord_key(args.namespace, "ready"), args.name)
-            if coord.blpop([coord_key(args.namespace, "go", args.name)], WAIT_SECONDS) is None:
-                raise RuntimeError("no go signal")
+            _emit(sys.stdout, {"ready": args.name})
+            _wait_for("go")
             while True:
                 now = _now()
                 batch = store.claim_commands(now=now, lease_seconds=60, limit=args.limit)
@@ -144,14 +173,13 @@ def run_claimer(args: argparse.Namespace) -> int:
                     _emit(out, {"completed": command.command_id})
     finally:
         store.close()
-        coord.close()
 
 
 # -- victim and grabber --------------------------------------------------------------------
 
 
 def run_victim(args: argparse.Namespace) -> int:
-    store = RedisTaskStore.from_url(args.url, namespace=args.namespace)
+    store = open_store(args.url, args.namespace)
     now = _now()
     batch = store.claim_commands(now=now, lease_seconds=args.lease, limit=args.limit)
     _emit(
@@ -169,7 +197,7 @@ def run_victim(args: argparse.Namespace) -> int:
 
 
 def run_grabber(args: argparse.Namespace) -> int:
-    store = RedisTaskStore.from_url(args.url, namespace=args.namespace)
+    store = open_store(args.url, args.namespace)
     try:
         _emit(sys.stdout, {"ready": args.name})
         if sys.stdin.readline().strip() != "go":

@@ -135,11 +135,12 @@ def _remove(place: DemoPlace) -> str:
     if place.target.kind == "sqlite":
         return f"database {place.target.path} deleted (--keep keeps it)"
     try:
+        if place.target.kind == "postgresql":
+            place.store.drop_schema()
+            return f"schema {place.namespace} dropped (--keep keeps it)"
         dropped = place.store.drop_namespace()
     except Exception as exc:
         return f"namespace {place.namespace} not deleted: {exc}"
-    if place.target.kind == "postgresql":
-        return f"schema {place.namespace} dropped (--keep keeps it)"
     return f"namespace {place.namespace}: {dropped} keys deleted (--keep keeps them)"
 
 

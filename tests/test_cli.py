@@ -261,9 +261,9 @@ def test_user_mistakes_give_one_line_and_exit_1(
 def test_a_long_error_is_still_one_line_at_80_columns(url: str) -> None:
     long_namespace = "n" * 60
     line = user_error(
-        cli("submit", APP, "work", '--params={"ms": "x", "runs_key": 5}', f"--redis={url}",
+        cli("submit", APP, "work", '--params={"ms": "x", "runs_file": 5}', f"--redis={url}",
             f"--namespace={long_namespace}"),
-        "ms: Input should be a valid integer", "runs_key: Input should be a valid string",
+        "ms: Input should be a valid integer", "runs_file: Input should be a valid string",
     )  # fmt: skip
     assert len(line) > 80
 

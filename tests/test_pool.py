@@ -10,8 +10,10 @@
 3. Real worker processes (``python -m chongming_redis.cli worker``), marked ``slow``: 3 workers
    and 600 tasks, each started once, by the owner of its bucket; SIGKILL of one worker mid-run
    (bucket move time measured and printed; its tasks LOST, retried, all SUCCEEDED; no attempt
-   started twice); a 4th worker joining takes a quarter of the buckets and nothing else moves;
-   a worker with another ``--num-buckets`` exits with one line.
+   started twice), on Redis, on a SQLite file and on PostgreSQL (``--store``); a 4th worker
+   joining takes a quarter of the buckets and nothing else moves; a worker with another
+   ``--num-buckets`` exits with one line. A task function records each start in a file
+   (``pool_app``), independent of the store.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskStatus, Transition
@@ -43,6 +43,7 @@ from chongming_redis.runtime.pool import BucketPool, rendezvous
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.worker_processes import WorkerProcesses
 from tests.support.redis_server import RedisProc
+from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_BUCKETS = 16
@@ -508,8 +509,8 @@ class Workers(WorkerProcesses):
     """``chongming-redis worker`` processes started by this test, named by their pool owner
     name; ``close`` ends every one of them, by pid."""
 
-    def __init__(self, url: str, namespace: str, tmp: Path) -> None:
-        super().__init__(POOL_APP, url, namespace, logdir=tmp, cwd=ROOT)
+    def __init__(self, target: StoreTarget, tmp: Path) -> None:
+        super().__init__(POOL_APP, target.url, target.namespace, logdir=tmp, cwd=ROOT)
 
     def start(self, *extra: str, num_buckets: int = NUM_BUCKETS) -> str:
         options = ["--concurrency=4", f"--num-buckets={num_buckets}", "--task-lease=2",
@@ -527,11 +528,16 @@ class Workers(WorkerProcesses):
 
 
 @pytest.fixture
-def pool_env(
-    redis_proc: RedisProc, namespace: str, tmp_path: Path
-) -> Iterator[tuple[Workers, RedisTaskStore, Controller]]:
-    workers = Workers(redis_proc.url, namespace, tmp_path)
-    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
+    """The store of the worker processes: Redis, unless a test is parameterised over
+    ``STORE_KINDS`` (``indirect``)."""
+    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
+
+
+@pytest.fixture
+def pool_env(target: StoreTarget, tmp_path: Path) -> Iterator[tuple[Workers, Any, Controller]]:
+    workers = Workers(target, tmp_path)
+    store = target.open()
     from tests.support.pool_app import app
 
     client = Controller(store, app=app, owner="test-client", buckets=BucketPolicy(NUM_BUCKETS))
@@ -542,7 +548,7 @@ def pool_env(
         store.close()
 
 
-def settled_owners(store: RedisTaskStore, names: set[str]) -> dict[int, str] | None:
+def settled_owners(store: Any, names: set[str]) -> dict[int, str] | None:
     """The owners map if ``names`` (exactly) are live and share all buckets within one."""
     workers, owners = store.pool_state()
     now = datetime.now(timezone.utc)
@@ -555,7 +561,7 @@ def settled_owners(store: RedisTaskStore, names: set[str]) -> dict[int, str] | N
     return owners if max(sizes) - min(sizes) <= 1 else None
 
 
-def wait_settled(store: RedisTaskStore, names: set[str], timeout: float = 30) -> dict[int, str]:
+def wait_settled(store: Any, names: set[str], timeout: float = 30) -> dict[int, str]:
     """Settled, and unchanged over 1.5 s (more than two pool ticks of a 2 s worker lease)."""
     deadline = time.monotonic() + timeout
     last, since = None, time.monotonic()
@@ -569,19 +575,18 @@ def wait_settled(store: RedisTaskStore, names: set[str], timeout: float = 30) ->
     raise AssertionError(f"pool of {sorted(names)} did not settle: {store.pool_state()}")
 
 
-def submit_work(client: Controller, url: str, n: int, ms: int, runs_key: str) -> list[str]:
-    params = {"ms": ms, "runs_url": url, "runs_key": runs_key}
+def submit_work(client: Controller, runs: Path, n: int, ms: int) -> list[str]:
+    params = {"ms": ms, "runs_file": str(runs)}
     return [client.submit("work", params, key=f"user-{i}") for i in range(n)]
 
 
-def runs_of(url: str, runs_key: str) -> Counter[tuple[str, int]]:
+def runs_of(runs: Path) -> Counter[tuple[str, int]]:
     """``{(task id, attempt): times the task function began}`` from the pool_app's record."""
-    with redis.Redis.from_url(url) as r:
-        rows = [line.decode().split() for line in r.lrange(runs_key, 0, -1)]
+    rows = [line.split() for line in runs.read_text().splitlines()] if runs.exists() else []
     return Counter((task_id, int(attempt)) for task_id, attempt, _ in rows)
 
 
-def all_succeeded(store: RedisTaskStore, n: int) -> bool:
+def all_succeeded(store: Any, n: int) -> bool:
     return store.counts()[TaskStatus.SUCCEEDED] == n
 
 
@@ -589,17 +594,16 @@ def all_succeeded(store: RedisTaskStore, n: int) -> bool:
 @pytest.mark.redis
 @pytest.mark.timeout(90)
 def test_three_workers_run_600_tasks_each_started_once_by_its_buckets_owner(
-    pool_env: tuple[Workers, RedisTaskStore, Controller], redis_proc: RedisProc
+    pool_env: tuple[Workers, Any, Controller], tmp_path: Path
 ) -> None:
     workers, store, client = pool_env
     names = {workers.start() for _ in range(3)}
     owners = wait_settled(store, names)
-    runs_key = f"runs-{uuid.uuid4().hex}"
     t0 = time.monotonic()
-    ids = submit_work(client, redis_proc.url, 600, 5, runs_key)
+    ids = submit_work(client, tmp_path / "runs.txt", 600, 5)
     wait_until(lambda: all_succeeded(store, 600), 60, "600 tasks to succeed: " + workers.stderr())
     elapsed = time.monotonic() - t0
-    runs = runs_of(redis_proc.url, runs_key)
+    runs = runs_of(tmp_path / "runs.txt")
     per_worker: Counter[str] = Counter()
     for task_id in ids:
         snapshot = store.get(task_id)
@@ -622,15 +626,17 @@ def test_three_workers_run_600_tasks_each_started_once_by_its_buckets_owner(
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
 def test_sigkill_of_a_worker_moves_its_buckets_and_its_tasks_are_retried(
-    pool_env: tuple[Workers, RedisTaskStore, Controller], redis_proc: RedisProc
+    pool_env: tuple[Workers, Any, Controller], target: StoreTarget, tmp_path: Path
 ) -> None:
+    """On every store (Redis, a SQLite file, PostgreSQL): the workers are ``chongming-redis
+    worker`` processes given its URL, and nothing in the runtime needs Redis."""
     worker_lease = 2.0
     workers, store, client = pool_env
     names = {workers.start() for _ in range(3)}
     before = wait_settled(store, names)
-    runs_key = f"runs-{uuid.uuid4().hex}"
-    ids = submit_work(client, redis_proc.url, 600, 80, runs_key)
+    ids = submit_work(client, tmp_path / "runs.txt", 600, 80)
 
     def victim_busy() -> str | None:
         if store.counts()[TaskStatus.SUCCEEDED] < 60:
@@ -655,8 +661,8 @@ def test_sigkill_of_a_worker_moves_its_buckets_and_its_tasks_are_retried(
 
     after = wait_until(buckets_moved, 4 * worker_lease, "the buckets to move", step=0.02)
     move_time = time.monotonic() - killed_at
-    print(f"\nSIGKILL {victim}: its {len(victim_buckets)} buckets moved in {move_time:.2f}s "
-          f"(worker lease {worker_lease}s)")  # fmt: skip
+    print(f"\n{target.kind}: SIGKILL {victim}: its {len(victim_buckets)} buckets moved in "
+          f"{move_time:.2f}s (worker lease {worker_lease}s)")  # fmt: skip
     assert move_time <= 2 * worker_lease
     # Minimal movement: only the victim's buckets moved; the survivors kept theirs.
     assert {b for b in range(NUM_BUCKETS) if after[b] != before[b]} == victim_buckets
@@ -664,7 +670,7 @@ def test_sigkill_of_a_worker_moves_its_buckets_and_its_tasks_are_retried(
     assert max(sizes) - min(sizes) <= 1
 
     wait_until(lambda: all_succeeded(store, 600), 70, "every task to succeed: " + workers.stderr())
-    runs = runs_of(redis_proc.url, runs_key)
+    runs = runs_of(tmp_path / "runs.txt")
     lost, two_starts = [], []
     for task_id in ids:
         snapshot = store.get(task_id)
@@ -694,7 +700,7 @@ def test_sigkill_of_a_worker_moves_its_buckets_and_its_tasks_are_retried(
 @pytest.mark.redis
 @pytest.mark.timeout(90)
 def test_a_fourth_worker_takes_a_quarter_and_nothing_else_moves(
-    pool_env: tuple[Workers, RedisTaskStore, Controller],
+    pool_env: tuple[Workers, Any, Controller],
 ) -> None:
     workers, store, _ = pool_env
     names = {workers.start() for _ in range(3)}
@@ -730,14 +736,14 @@ def test_a_fourth_worker_takes_a_quarter_and_nothing_else_moves(
 @pytest.mark.redis
 @pytest.mark.timeout(90)
 def test_a_worker_with_another_num_buckets_exits_with_one_line(
-    pool_env: tuple[Workers, RedisTaskStore, Controller], redis_proc: RedisProc, namespace: str
+    pool_env: tuple[Workers, Any, Controller], target: StoreTarget
 ) -> None:
     workers, store, _ = pool_env
     running = workers.start()
     wait_settled(store, {running})
     result = subprocess.run(
-        [sys.executable, "-m", "chongming_redis.cli", "worker", POOL_APP,
-         f"--redis={redis_proc.url}", f"--namespace={namespace}", "--num-buckets=8"],
+        [sys.executable, "-m", "chongming_redis.cli", "worker", POOL_APP, *target.cli_args(),
+         "--num-buckets=8"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode != 0

@@ -1,17 +1,16 @@
 """Task types for the pool tests' worker processes: ``tests.support.pool_app:app``.
 
 ``work`` sleeps ``ms`` milliseconds (checking in every 10 ms, so a lost lease stops it) and, when
-``runs_url``/``runs_key`` are given, first appends ``"<task id> <attempt> <worker>"`` to that
-Redis list: a record, independent of the task history, of every time a task function really
-began to run.
+``runs_file`` is given, first appends ``"<task id> <attempt> <worker>"`` to that file: a record,
+independent of the store and of the task history, of every time a task function really began
+to run (one ``O_APPEND`` write per line, so the lines of concurrent processes never interleave).
 """
 
 from __future__ import annotations
 
-import threading
+import os
 import time
 
-import redis
 from pydantic import BaseModel, Field
 
 from chongming_redis.runtime.app import App
@@ -19,27 +18,25 @@ from chongming_redis.runtime.context import TaskContext
 
 app = App("pool-test")
 
-_clients: dict[str, redis.Redis] = {}
-_lock = threading.Lock()
-
 
 class Work(BaseModel):
     ms: int = Field(default=10, ge=0, le=60_000)
-    runs_url: str | None = None
-    runs_key: str | None = None
+    runs_file: str | None = None
 
 
-def _client(url: str) -> redis.Redis:
-    with _lock:
-        if url not in _clients:
-            _clients[url] = redis.Redis.from_url(url, socket_timeout=5)
-        return _clients[url]
+def record_run(path: str, line: str) -> None:
+    """One line, written with a single ``write`` on an ``O_APPEND`` descriptor."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
 
 
 @app.task()
 def work(ctx: TaskContext, params: Work) -> dict[str, int]:
-    if params.runs_url and params.runs_key:
-        _client(params.runs_url).rpush(params.runs_key, f"{ctx.task_id} {ctx.attempt} {ctx.owner}")
+    if params.runs_file:
+        record_run(params.runs_file, f"{ctx.task_id} {ctx.attempt} {ctx.owner}")
     deadline = time.monotonic() + params.ms / 1000
     while True:
         ctx.checkpoint()

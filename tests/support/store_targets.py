@@ -1,0 +1,63 @@
+"""One store for a real-process test, named by a URL as the workers are given it: the same test
+on Redis, on a SQLite file and on PostgreSQL (the runtime on any store, issue 15).
+
+``store_target(request, kind, tmp_path, namespace)`` (a generator for a fixture) gives a
+``StoreTarget``: ``url`` and ``namespace`` for the worker command (``cli_args``), ``open()``
+for the test process's own store. Redis and PostgreSQL come from the session's servers
+(``redis_proc``, ``postgres_proc``: a missing server fails in CI, skips elsewhere); a SQLite
+target is a new file in the test's temporary directory, whose namespace is ``default`` (a file
+holds one). A PostgreSQL target's schema is dropped at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chongming_redis.stores.urls import DEFAULT_NAMESPACE, open_store_url
+
+#: The stores every parameterised real-process test runs on.
+STORE_KINDS = ("redis", "sqlite", "postgres")
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    kind: str
+    url: str
+    namespace: str
+
+    @property
+    def option(self) -> str:
+        """The worker command's option for ``url``: ``--redis`` as ever, ``--store`` for the
+        others."""
+        return "--redis" if self.kind == "redis" else "--store"
+
+    def cli_args(self) -> list[str]:
+        return [f"{self.option}={self.url}", f"--namespace={self.namespace}"]
+
+    def open(self, **redis_options: Any) -> Any:
+        """A new store on the target (``redis_options``: timeouts, for Redis only)."""
+        return open_store_url(self.url, namespace=self.namespace, redis_options=redis_options)
+
+
+def store_target(
+    request: pytest.FixtureRequest, kind: str, tmp_path: Path, namespace: str
+) -> Iterator[StoreTarget]:
+    if kind == "redis":
+        yield StoreTarget(kind, request.getfixturevalue("redis_proc").url, namespace)
+    elif kind == "sqlite":
+        yield StoreTarget(kind, f"sqlite://{tmp_path / 'tasks.sqlite3'}", DEFAULT_NAMESPACE)
+    elif kind == "postgres":
+        target = StoreTarget(kind, request.getfixturevalue("postgres_proc").dsn, namespace)
+        yield target
+        store = target.open()
+        try:
+            store.drop_schema()
+        finally:
+            store.close()
+    else:
+        raise ValueError(f"unknown store kind {kind!r}")

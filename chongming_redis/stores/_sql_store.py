@@ -123,23 +123,22 @@ class SqlTaskStore:
         return [decode_task(values) for values in rows]
 
     def counts(self) -> dict[TaskStatus, int]:
-        with self._reading() as tx:
-            rows = tx.rows("SELECT status, COUNT(*) FROM tasks GROUP BY status")
         result = dict.fromkeys(TaskStatus, 0)
-        for status, number in rows:
-            result[_status(status)] += int(number)
+        with self._reading() as tx:
+            for status, number in tx.rows("SELECT status, COUNT(*) FROM tasks GROUP BY status"):
+                result[_status(tx, status)] += int(number)
         return result
 
     def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
         """``BucketCountingStore``: ``GROUP BY bucket, status`` on the bucket index."""
-        with self._reading() as tx:
-            rows = tx.rows("SELECT bucket, status, COUNT(*) FROM tasks GROUP BY bucket, status")
         result: dict[int, dict[TaskStatus, int]] = {}
-        for bucket, status, number in rows:
-            per = result.setdefault(
-                integer(bucket, "tasks", "bucket"), dict.fromkeys(TaskStatus, 0)
-            )
-            per[_status(status)] += int(number)
+        with self._reading() as tx:
+            sql = "SELECT bucket, status, COUNT(*) FROM tasks GROUP BY bucket, status"
+            for bucket, status, number in tx.rows(sql):
+                per = result.setdefault(
+                    integer(bucket, "tasks", "bucket"), dict.fromkeys(TaskStatus, 0)
+                )
+                per[_status(tx, status)] += int(number)
         return result
 
     # -- audit history ---------------------------------------------------------------------
@@ -353,11 +352,15 @@ class SqlTaskStore:
             return feeds.stats(tx)
 
 
-def _status(value: object) -> TaskStatus:
+def _status(tx: Tx, value: object) -> TaskStatus:
+    """A status a ``GROUP BY`` returned; an unknown one is ``CorruptRecord`` naming a task that
+    holds it (looked up only then: the counts themselves never read a row)."""
     try:
         return TaskStatus(text(value))
     except ValueError:
-        raise CorruptRecord("tasks", "status", f"unknown status {text(value)!r}") from None
+        found = tx.rows("SELECT task_id FROM tasks WHERE status = ? LIMIT 1", [value])
+        key = "tasks/" + text(found[0][0]) if found else "tasks"
+        raise CorruptRecord(key, "status", f"unknown status {text(value)!r}") from None
 
 
 def _now() -> datetime:

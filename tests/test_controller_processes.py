@@ -1,7 +1,8 @@
-"""The worker runtime with real processes and a real Redis (RELIABILITY F1, F2, F3, F18).
+"""The worker runtime with real processes and a real Redis (RELIABILITY F1, F2, F3, F18); a and b
+also on a SQLite file and on PostgreSQL (``STORE_KINDS``: stores without nudges, polled).
 
 Every worker is a real OS process (``python -m tests.support.runtime_app``) running
-``Controller.run_forever`` on ``RedisTaskStore``; the test process is a pure client
+``Controller.run_forever`` on the store of its ``--url``; the test process is a pure client
 ``Controller`` (never started) that submits, controls, reads and, where a test says so,
 reconciles. Every fault is asserted to have fired (the process really died, stopped, skewed;
 Redis really refused connections) before its consequences are checked.
@@ -46,6 +47,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support import runtime_app
 from tests.support.redis_server import RedisProc
+from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -98,11 +100,10 @@ class AppProc:
 
 @dataclass
 class Apps:
-    """Starts runtime_app workers; ``cleanup`` ends every one of them, by pid."""
+    """Starts runtime_app workers on ``target``; ``cleanup`` ends every one of them, by pid."""
 
     tmp: Path
-    url: str
-    namespace: str
+    target: StoreTarget
     procs: list[AppProc] = field(default_factory=list)
 
     def start(
@@ -110,9 +111,9 @@ class Apps:
     ) -> AppProc:
         events = self.tmp / f"{owner}.events.jsonl"
         stderr_path = self.tmp / f"{owner}.stderr"
-        command = [sys.executable, "-m", "tests.support.runtime_app", "--url", self.url,
-                   "--namespace", self.namespace, "--owner", owner, "--events", str(events),
-                   *args]  # fmt: skip
+        command = [sys.executable, "-m", "tests.support.runtime_app", "--url", self.target.url,
+                   "--namespace", self.target.namespace, "--owner", owner, "--events",
+                   str(events), *fx_options(self.target, self.tmp), *args]  # fmt: skip
         with stderr_path.open("wb") as err:
             proc = subprocess.Popen(
                 command,
@@ -142,9 +143,14 @@ class Apps:
                 app.proc.wait(10)
 
 
+def fx_options(target: StoreTarget, tmp: Path) -> list[str]:
+    """Side-effect counters in Redis on Redis, in files of ``tmp/fx`` on another store."""
+    return [] if target.kind == "redis" else ["--fx-dir", str(tmp / "fx")]
+
+
 @contextmanager
-def apps(tmp: Path, url: str, namespace: str) -> Iterator[Apps]:
-    started = Apps(tmp, url, namespace)
+def apps(tmp: Path, target: StoreTarget) -> Iterator[Apps]:
+    started = Apps(tmp, target)
     try:
         yield started
     finally:
@@ -167,7 +173,7 @@ def wait_for(
         time.sleep(interval)
 
 
-def client_controller(store: RedisTaskStore, task_lease: float = 2.0) -> Controller:
+def client_controller(store: Any, task_lease: float = 2.0) -> Controller:
     """The test process as a pure client: never started, so it never polls commands."""
     return Controller(
         store,
@@ -179,7 +185,7 @@ def client_controller(store: RedisTaskStore, task_lease: float = 2.0) -> Control
 
 
 def status_is(
-    store: RedisTaskStore, task_id: str, status: TaskStatus, **fields: Any
+    store: Any, task_id: str, status: TaskStatus, **fields: Any
 ) -> Callable[[], TaskSnapshot | None]:
     def probe() -> TaskSnapshot | None:
         snapshot = store.get(task_id)
@@ -190,7 +196,8 @@ def status_is(
     return probe
 
 
-def counter(coord: redis.Redis, namespace: str, task_id: str, attempt: int, owner: str) -> int:
+def counter(coord: Any, namespace: str, task_id: str, attempt: int, owner: str) -> int:
+    """A side-effect counter: ``coord`` is a ``redis.Redis`` or ``runtime_app.FileCounters``."""
     return int(coord.get(runtime_app.fx_key(namespace, task_id, attempt, owner)) or 0)
 
 
@@ -230,15 +237,25 @@ def statuses(history: list[Transition]) -> list[str]:
 
 
 @pytest.fixture
-def coord(redis_proc: RedisProc) -> Iterator[redis.Redis]:
-    client = redis_proc.client(socket_timeout=10)
+def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
+    """The workers' store: Redis, unless a test is parameterised over ``STORE_KINDS``."""
+    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
+
+
+@pytest.fixture
+def coord(target: StoreTarget, tmp_path: Path) -> Iterator[Any]:
+    """The side-effect counters the workers write (``fx_options``)."""
+    if target.kind != "redis":
+        yield runtime_app.FileCounters(str(tmp_path / "fx"))
+        return
+    client = redis.Redis.from_url(target.url, socket_timeout=10)
     yield client
     client.close()
 
 
 @pytest.fixture
-def store(redis_proc: RedisProc, namespace: str) -> Iterator[RedisTaskStore]:
-    s = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+def store(target: StoreTarget) -> Iterator[Any]:
+    s = target.open()
     yield s
     s.close()
 
@@ -246,16 +263,15 @@ def store(redis_proc: RedisProc, namespace: str) -> Iterator[RedisTaskStore]:
 # -- a. control from another process --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
 def test_pause_resume_stop_from_another_process(
-    redis_proc: RedisProc,
-    store: RedisTaskStore,
-    coord: redis.Redis,
-    namespace: str,
-    tmp_path: Path,
+    target: StoreTarget, store: Any, coord: Any, tmp_path: Path
 ) -> None:
+    """On every store: a store without nudges (SQLite, PostgreSQL) is polled."""
+    namespace = target.namespace
     client = client_controller(store)
     rounds = 20
-    with apps(tmp_path, redis_proc.url, namespace) as workers:
+    with apps(tmp_path, target) as workers:
         # A 5 s lease: this test is about control, not leases. With 2 s, one CI run saw the
         # task stop moving after a resume, most likely its lease lost to renewals delayed
         # past 1.6 s on a busy machine (not reproduced).
@@ -305,7 +321,7 @@ def test_pause_resume_stop_from_another_process(
     assert max(pause + resume + [stop_latency]) < 5.0  # generous: this is a report, not a gate
     report(
         tmp_path,
-        "control_latency",
+        f"control_latency_{target.kind}",
         {
             "rounds": rounds,
             "pause": summary_ms(pause),
@@ -320,16 +336,14 @@ def test_pause_resume_stop_from_another_process(
 # -- b. SIGKILL of the holder ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
 def test_sigkill_holder_lost_only_after_lease_then_retried(
-    redis_proc: RedisProc,
-    store: RedisTaskStore,
-    coord: redis.Redis,
-    namespace: str,
-    tmp_path: Path,
+    target: StoreTarget, store: Any, coord: Any, tmp_path: Path
 ) -> None:
+    namespace = target.namespace
     lease, steps = 2.0, 30
     client = client_controller(store, task_lease=lease)
-    with apps(tmp_path, redis_proc.url, namespace) as workers:
+    with apps(tmp_path, target) as workers:
         w1 = workers.start("w1", "--task-lease", str(lease))
         task_id = client.submit("steps", {"steps": steps, "sleep": 0.1})
         wait_for(status_is(store, task_id, TaskStatus.RUNNING, lease_owner="w1"), 15, "RUNNING")
@@ -381,7 +395,7 @@ def test_sigkill_holder_lost_only_after_lease_then_retried(
     assert counter(coord, namespace, task_id, 2, "w2") == steps
     report(
         tmp_path,
-        "sigkill_recovery",
+        f"sigkill_recovery_{target.kind}",
         {
             "task_lease_s": lease,
             "lease_left_at_kill_ms": round(lease_left * 1000, 1),
@@ -401,7 +415,7 @@ def test_sigkill_holder_lost_only_after_lease_then_retried(
 
 
 def test_sigstopped_holder_writes_nothing_after_takeover(
-    redis_proc: RedisProc,
+    target: StoreTarget,
     store: RedisTaskStore,
     coord: redis.Redis,
     namespace: str,
@@ -412,7 +426,7 @@ def test_sigstopped_holder_writes_nothing_after_takeover(
     # effect happen after waking: the at-least-once window of RELIABILITY fact 10).
     lease, steps = 1.5, 20
     client = client_controller(store, task_lease=lease)
-    with apps(tmp_path, redis_proc.url, namespace) as workers:
+    with apps(tmp_path, target) as workers:
         w1 = workers.start("w1", "--task-lease", str(lease))
         task_id = client.submit("steps", {"steps": steps, "sleep": 0.2})
         wait_for(status_is(store, task_id, TaskStatus.RUNNING, lease_owner="w1"), 15, "RUNNING")
@@ -508,7 +522,7 @@ def test_redis_restart_mid_task_completes_with_full_history(
     coord = server.client(socket_timeout=5)
     client = client_controller(store, task_lease=lease)
     try:
-        with apps(tmp_path, server.url, namespace) as workers:
+        with apps(tmp_path, StoreTarget("redis", server.url, namespace)) as workers:
             w1 = workers.start(
                 "w1", "--task-lease", str(lease), "--concurrency", "2", "--socket-timeout", "1"
             )
@@ -576,7 +590,7 @@ def _libfaketime() -> str | None:
 
 @pytest.mark.parametrize("skew", [300, -300])
 def test_skewed_worker_clock_causes_no_premature_lost(
-    redis_proc: RedisProc,
+    target: StoreTarget,
     store: RedisTaskStore,
     coord: redis.Redis,
     namespace: str,
@@ -599,7 +613,7 @@ def test_skewed_worker_clock_causes_no_premature_lost(
     client = client_controller(store, task_lease=lease)
     local_skew = (datetime.now(UTC) - store.server_time()).total_seconds()
     assert abs(local_skew) < 5  # the test process (the reconciler) is not skewed
-    with apps(tmp_path, redis_proc.url, namespace) as workers:
+    with apps(tmp_path, target) as workers:
         skewed = workers.start("skewed", "--task-lease", str(lease), env=env)
         hello = skewed.wait_event("hello")
         worker_skew = hello["local_now"] - hello["server_now"]
@@ -658,13 +672,13 @@ def test_skewed_worker_clock_causes_no_premature_lost(
 
 @pytest.mark.redis
 def test_a_signal_delivered_twice_at_once_is_one_graceful_shutdown(
-    redis_proc: RedisProc, store: RedisTaskStore, namespace: str, tmp_path: Path
+    target: StoreTarget, store: RedisTaskStore, tmp_path: Path
 ) -> None:
     """Ctrl-C, or systemd's ``KillMode=control-group``, signals a worker both directly and
     through its ``--processes`` parent: the repeat must not turn the graceful shutdown into
     "hand everything back now". The running task finishes within the grace, in its attempt."""
     client = client_controller(store)
-    with apps(tmp_path, redis_proc.url, namespace) as workers:
+    with apps(tmp_path, target) as workers:
         w1 = workers.start("w1", "--grace", "20")
         task_id = client.submit("steps", {"steps": 1, "sleep": 1.5})
         wait_for(status_is(store, task_id, TaskStatus.RUNNING, lease_owner="w1"), 15, "RUNNING")

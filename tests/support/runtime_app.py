@@ -1,19 +1,22 @@
-"""A real worker process for the runtime tests: a ``Controller`` on ``RedisTaskStore`` that
-runs ``run_forever`` (SIGTERM/SIGINT shut it down)::
+"""A real worker process for the runtime tests: a ``Controller`` on the store at ``--url`` (any
+store URL: ``redis://``, ``sqlite:///path``, ``postgresql://``; ``stores/urls.py``) that runs
+``run_forever`` (SIGTERM/SIGINT shut it down)::
 
     python -m tests.support.runtime_app --url redis://127.0.0.1:PORT/0 --namespace NS \\
-        --owner w1 --events /tmp/w1.jsonl [--task-lease 2] [--concurrency 2] ...
+        --owner w1 --events /tmp/w1.jsonl [--fx-dir DIR] [--task-lease 2] [--concurrency 2] ...
 
 Task types (``app``; the test process builds its pure-client ``Controller`` on the same app):
 
 ``steps``  ``{"steps": N, "sleep": S}``: N times ``ctx.checkpoint()``, then one side effect
-           (``INCR`` of ``fx_key(namespace, task_id, attempt, owner)`` on a separate client),
-           then ``sleep(S)``. Returns ``{"owner", "attempt", "steps", "fx_errors"}``.
+           (an increment of the counter ``fx_key(namespace, task_id, attempt, owner)``: ``INCR``
+           on a separate Redis client, or with ``--fx-dir`` one byte appended to that counter's
+           file, ``FileCounters``, for a store that is not Redis), then ``sleep(S)``. Returns
+           ``{"owner", "attempt", "steps", "fx_errors"}``.
 ``quick``  ``{"value": V}``: returns ``{"value": V, "owner", "attempt"}`` at once.
 
 Events: one JSON line per event in ``--events``, flushed at once, so a killed or stopped worker's
 file holds every line it wrote. ``hello`` (written before ``run_forever``) reports the pid, this
-process's wall clock (``datetime.now``), the Redis server's ``TIME`` and the measured clock
+process's wall clock (``datetime.now``), the store's clock (``server_time``) and the measured clock
 offset, which is how a test shows that a ``faketime`` skew really was in effect. ``task-start``,
 ``task-lost``, ``task-stopped``, ``task-end`` report what the task functions saw.
 
@@ -67,7 +70,8 @@ from chongming_redis.runtime.app import App  # noqa: E402
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped  # noqa: E402
 from chongming_redis.runtime.controller import Controller  # noqa: E402
 from chongming_redis.runtime.retry import RetryPolicy  # noqa: E402
-from chongming_redis.stores.redis import RedisTaskStore  # noqa: E402
+from chongming_redis.stores.protocol import TaskStore  # noqa: E402
+from chongming_redis.stores.urls import open_store_url  # noqa: E402
 
 app = App("runtime-test")
 
@@ -79,6 +83,35 @@ _events_lock = threading.Lock()
 def fx_key(namespace: str, task_id: str, attempt: int, owner: str) -> str:
     """The side-effect counter of one attempt of a task in one process (not a store key)."""
     return f"coord:{namespace}:fx:{task_id}:{attempt}:{owner}"
+
+
+class FileCounters:
+    """Side-effect counters in files of ``directory`` (for a store that is not Redis): ``incr``
+    appends one byte (one ``O_APPEND`` write: concurrent processes never lose one), ``get``
+    is the file's size. The same two calls as a ``redis.Redis``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, key.replace("/", "_"))
+
+    def incr(self, key: str) -> None:
+        fd = os.open(self._path(key), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+
+    def get(self, key: str) -> int:
+        try:
+            return os.path.getsize(self._path(key))
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        pass
 
 
 def emit(kind: str, **fields: Any) -> None:
@@ -103,7 +136,7 @@ class Quick(BaseModel):
 @app.task()
 def steps(ctx: TaskContext, params: Steps) -> dict[str, Any]:
     emit("task-start", task_id=ctx.task_id, attempt=ctx.attempt, owner=ctx.owner)
-    fx: redis.Redis | None = _state.get("fx")
+    fx: redis.Redis | FileCounters | None = _state.get("fx")
     key = fx_key(_state.get("namespace", "?"), ctx.task_id, ctx.attempt, ctx.owner)
     fx_errors = 0
     try:
@@ -112,7 +145,7 @@ def steps(ctx: TaskContext, params: Steps) -> dict[str, Any]:
             if fx is not None:
                 try:
                     fx.incr(key)
-                except redis.RedisError as exc:  # Redis down (the restart test): count it
+                except (redis.RedisError, OSError) as exc:  # Redis down (the restart test)
                     fx_errors += 1
                     emit("fx-error", task_id=ctx.task_id, step=i, error=repr(exc))
             time.sleep(params.sleep)
@@ -154,7 +187,7 @@ def retry_policy(max_attempts: int, delay: float) -> RetryPolicy:
     return RetryPolicy(max_attempts=max_attempts, base_delay=delay, max_delay=delay, jitter=0.0)
 
 
-def build_controller(store: RedisTaskStore, args: argparse.Namespace) -> Controller:
+def build_controller(store: TaskStore, args: argparse.Namespace) -> Controller:
     return Controller(
         store,
         app=app,
@@ -176,6 +209,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--owner", required=True)
     parser.add_argument("--events", required=True, help="JSON-lines file for events")
+    parser.add_argument("--fx-dir", help="side-effect counters in files here (not in Redis)")
     parser.add_argument("--task-lease", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--reconcile-interval", type=float, default=0.5)
@@ -196,16 +230,19 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format=f"%(asctime)s {args.owner} %(threadName)s %(levelname)s %(name)s: %(message)s",
     )
-    store = RedisTaskStore.from_url(
+    store: Any = open_store_url(
         args.url,
         namespace=args.namespace,
-        socket_timeout=args.socket_timeout,
-        socket_connect_timeout=1.0,
+        redis_options={"socket_timeout": args.socket_timeout, "socket_connect_timeout": 1.0},
     )
     # The side effect goes through its own client without retries, so a Redis outage costs a
     # counted error, never a hidden double INCR (RELIABILITY fact 2).
-    fx = redis.Redis.from_url(
-        args.url, socket_timeout=1.0, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    fx = (
+        FileCounters(args.fx_dir)
+        if args.fx_dir
+        else redis.Redis.from_url(
+            args.url, socket_timeout=1.0, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
     )
     with open(args.events, "a", encoding="utf-8") as events:
         _state.update(events=events, fx=fx, namespace=args.namespace)

@@ -1,6 +1,7 @@
 """Cross-process proofs for every shared store (store guide §6, RELIABILITY F1/F4), each run
 with real OS processes (``python -m tests.support.workers``) against one store:
-``RedisTaskStore`` on a real redis-server, and ``SqliteTaskStore`` on one database file.
+``RedisTaskStore`` on a real redis-server, ``SqliteTaskStore`` on one database file, and
+``PostgresTaskStore`` on a real PostgreSQL (a schema of its own, dropped at the end).
 
 1. 8 processes ``save`` the same version of one task, round after round: exactly one wins.
 2. 8 consumer processes drain 1,000 commands: every command is claimed exactly once.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ import pytest
 
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores.codec import decode_dt
+from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore
 from tests.support.processes import read_lines, spawner
@@ -47,17 +50,23 @@ class Backend:
     store: Any
 
 
-@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "sqlite"])
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "redis":
         url = request.getfixturevalue("redis_proc").url
         namespace = request.getfixturevalue("namespace")
         store: Any = RedisTaskStore.from_url(url, namespace=namespace)
+    elif request.param == "postgres":
+        url = request.getfixturevalue("postgres_proc").dsn
+        namespace = f"x_{uuid.uuid4().hex[:12]}"
+        store = PostgresTaskStore(url, schema=namespace)
     else:
         path = tmp_path / "shared.sqlite3"
         url, namespace = SQLITE_URL + str(path), "-"
         store = SqliteTaskStore(path)
     yield Backend(request.param, ("--url", url, "--namespace", namespace), store)
+    if request.param == "postgres":
+        store.drop_schema()
     store.close()
 
 

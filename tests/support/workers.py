@@ -2,8 +2,8 @@
 
     python -m tests.support.workers <role> --url STORE-URL --namespace NS --name NAME ...
 
-``STORE-URL`` names the store every process opens: ``redis://...`` (with ``--namespace``) or
-``sqlite:///abs/path`` (``open_store``).
+``STORE-URL`` names the store every process opens: ``redis://...`` (with ``--namespace``),
+``postgresql://...`` (``--namespace`` is the schema) or ``sqlite:///abs/path`` (``open_store``).
 
 Roles (see ``tests/test_cross_process.py`` and ``tests/test_redis_cross_process.py`` for what
 each one proves):
@@ -52,10 +52,18 @@ WAIT_SECONDS = 30
 SQLITE_URL = "sqlite://"
 
 
+POSTGRES_URLS = ("postgresql://", "postgres://")
+
+
 def open_store(url: str, namespace: str, **redis_options: Any) -> Any:
-    """The store ``url`` names: ``sqlite:///abs/path`` or a Redis URL (in ``namespace``)."""
+    """The store ``url`` names: ``sqlite:///abs/path``, a PostgreSQL DSN (the schema
+    ``namespace``) or a Redis URL (in ``namespace``)."""
     if url.startswith(SQLITE_URL):
         return SqliteTaskStore(url[len(SQLITE_URL) :])
+    if url.startswith(POSTGRES_URLS):
+        from chongming_redis.stores.postgres import PostgresTaskStore
+
+        return PostgresTaskStore(url, schema=namespace)
     return RedisTaskStore.from_url(url, namespace=namespace, **redis_options)
 
 

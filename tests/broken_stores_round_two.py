@@ -8,6 +8,7 @@ small subclass of ``InMemoryTaskStore`` whose signatures stay exactly the protoc
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from chongming_redis.errors import StoreError, TaskAlreadyExists
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores import _common as check
-from chongming_redis.stores.codec import encode_dt, row_to_command
+from chongming_redis.stores.codec import encode_dt, encode_tags, row_to_command
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 INDEXED = ("name", "bucket", "tags", "pipeline_run_id")
@@ -411,6 +412,20 @@ class NamePrefixAsBmpRange(_Broken):
         return self._filtered(check.check_query(query), keep)
 
 
+class TagsMatchedAsQuotedElements(_Broken):
+    """tag matched as the quoted element ``"io"`` inside the stored JSON array (a ``LIKE
+    '%"io"%'``): the tag ``a"io``, stored as ``"a\\"io"``, holds that text too."""
+
+    def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
+        q = check.check_query(query)
+        if q.tag is None:
+            return super().query(q)
+        quoted = json.dumps(q.tag, ensure_ascii=False)
+        found = [s for s in super().query(replace(q, tag=None, limit=None))
+                 if quoted in encode_tags(s.tags)]  # fmt: skip
+        return found if q.limit is None else found[: q.limit]
+
+
 # -- identity ---------------------------------------------------------------------------------
 
 
@@ -669,6 +684,7 @@ CAUGHT_BY: dict[str, str] = {
     "LimitBeforeTagFilter": "test_limit_applies_after_every_filter",
     "QueryCachesByVersion": "test_query_sees_what_touch_wrote",
     "NamePrefixAsBmpRange": "test_names_beyond_the_basic_plane_work_with_name_prefix",
+    "TagsMatchedAsQuotedElements": "test_tag_matching_is_exact_for_awkward_tags",
     "IdsCaseInsensitive": "test_ids_are_case_sensitive",
     "HistoryMatchesIdPrefix": "test_an_id_that_is_a_prefix_of_another_shares_nothing_with_it",
     "PruneDropsPrefixHistories": "test_an_id_that_is_a_prefix_of_another_shares_nothing_with_it",

@@ -128,7 +128,8 @@ class QueryRules(ContractBase):
         assert self.where(tag="urgent") == ["both"]
 
     def test_tag_matching_is_exact_for_awkward_tags(self) -> None:
-        tags = ['"io"', "io,ios", "io ", "[io]", "io\\", "i*", "%", "io"]
+        # 'a"io' is '"a\\"io"' in JSON: a quoted-element search for '"io"' finds it
+        tags = ['"io"', "io,ios", "io ", "[io]", "io\\", "i*", "%", 'a"io', "io"]
         self.put(*(snapshot(f"t{i}", tags={t}, created=i) for i, t in enumerate(tags)))
         for i, tag in enumerate(tags):
             assert self.where(tag=tag) == [f"t{i}"], tag

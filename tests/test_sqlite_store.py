@@ -204,6 +204,29 @@ def test_a_writer_killed_inside_its_transaction_leaves_nothing_and_blocks_no_one
     assert store.get("a") == snapshot("a", version=2)
 
 
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [("disk I/O error", "the outcome is unknown"), ("database is locked", "nothing was written")],
+)
+def test_a_failed_commit_says_whether_the_write_may_have_landed(
+    store: Any, error: str, says: str
+) -> None:
+    store.create(snapshot("a"))
+    connection = store._connection()
+    execute = connection.execute
+
+    def failing_commit(sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError(error)
+        return execute(sql, *args)
+
+    connection.execute = failing_commit
+    with pytest.raises(StoreUnavailable, match=says):
+        store.save(snapshot("a", version=2), expect_version=1)
+    connection.execute = execute
+    assert store.get("a") == snapshot("a")  # rolled back: here it did not land
+
+
 # -- corrupt data ----------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ import pytest
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
+from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -29,8 +30,11 @@ APP = "tests.support.cli_app:app"
 
 
 def cli(*args: str, url: str, namespace: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with the store in the environment: ``CHONGMING_REDIS_URL`` for a Redis URL,
+    ``CHONGMING_STORE_URL`` for another store."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
-    env.update(CHONGMING_REDIS_URL=url, CHONGMING_NAMESPACE=namespace)
+    url_env = "CHONGMING_REDIS_URL" if url.startswith(("redis", "unix")) else "CHONGMING_STORE_URL"
+    env.update({url_env: url, "CHONGMING_NAMESPACE": namespace})
     return subprocess.run([sys.executable, "-m", "chongming_redis.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
 
@@ -52,22 +56,26 @@ def one_error_line(result: subprocess.CompletedProcess[str], status: int, *fragm
 
 
 @pytest.fixture
-def store(redis_proc: RedisProc, namespace: str) -> Iterator[RedisTaskStore]:
-    made = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
+    """The store: Redis, unless a test is parameterised over ``STORE_KINDS``."""
+    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
+
+
+@pytest.fixture
+def store(target: StoreTarget) -> Iterator[Any]:
+    made = target.open()
     yield made
     made.close()
 
 
 @pytest.fixture
-def worker(
-    redis_proc: RedisProc, namespace: str, tmp_path: Path
-) -> Iterator[subprocess.Popen[bytes]]:
+def worker(target: StoreTarget, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real worker process (the CLI's own), stopped with SIGTERM afterwards."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
     with open(tmp_path / "worker.log", "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "chongming_redis.cli", "worker", APP,
-             f"--redis={redis_proc.url}", f"--namespace={namespace}", "--concurrency=4"],
+            [sys.executable, "-m", "chongming_redis.cli", "worker", APP, *target.cli_args(),
+             "--concurrency=4"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         yield process
@@ -85,7 +93,7 @@ def submit(name: str, params: dict[str, Any], url: str, namespace: str) -> str:
     return out.split()[-1]
 
 
-def wait_status(store: RedisTaskStore, task_id: str, status: TaskStatus) -> None:
+def wait_status(store: Any, task_id: str, status: TaskStatus) -> None:
     deadline = time.monotonic() + 20
     while (snapshot := store.get(task_id)) is None or snapshot.status is not status:
         assert time.monotonic() < deadline, f"{task_id} never became {status}"
@@ -102,10 +110,13 @@ def outcome_line(out: str) -> tuple[str, str, str, int]:
     return action, task_id, outcome, int(ms)
 
 
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
 def test_stop_pause_resume_of_a_task_a_worker_process_runs_print_outcome_and_latency(
-    redis_proc: RedisProc, namespace: str, store: RedisTaskStore, worker: Any
+    target: StoreTarget, store: Any, worker: Any
 ) -> None:
-    url = redis_proc.url
+    """On every store: the worker and the commands are given its URL (``--store``, or
+    ``CHONGMING_STORE_URL``), and the commands reach the worker's process without nudges."""
+    url, namespace = target.url, target.namespace
     task_id = submit("spin", {"seconds": 60}, url, namespace)
     wait_status(store, task_id, TaskStatus.RUNNING)
     assert outcome_line(ok(cli("pause", task_id, url=url, namespace=namespace)))[:3] == (

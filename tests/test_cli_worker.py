@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ from chongming_redis.runtime.loops import OutageLog, every
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc
+from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
 from tests.test_cli import APP, ROOT, cli, ok
 
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) +\S")
@@ -103,16 +105,26 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
 # -- log lines ----------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
+    """The store (``indirect``): Redis, a SQLite file or PostgreSQL."""
+    yield from store_target(request, request.param, tmp_path, namespace)
+
+
 @pytest.mark.redis
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
 def test_the_worker_logs_one_line_per_record_and_says_how_to_stop(
-    redis_proc: RedisProc, namespace: str, workers: list[Worker]
+    target: StoreTarget, workers: list[Worker]
 ) -> None:
-    common = (f"--redis={redis_proc.url}", f"--namespace={namespace}")
+    """End to end on every store: ``worker`` and ``submit`` given its URL, a task run."""
+    common = target.cli_args()
     worker = Worker(*common, "--max-attempts=5", "--log-level=info")
     workers.append(worker)
     worker.wait_for(lambda line: line == CTRL_C)
-    worker.wait_for(lambda line: "up to 5 attempts per task" in line)
+    started = worker.wait_for(lambda line: "up to 5 attempts per task" in line)
+    where = "SQLite database " if target.kind == "sqlite" else f"namespace '{target.namespace}'"
+    assert where in started, started
     (task_id,) = ok(cli("submit", APP, "work", *common)).split()
     worker.wait_for(lambda line: task_id in line and "succeeded" in line)
     assert worker.stop() == 0

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 
 import psutil
 import pytest
@@ -19,6 +21,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc, free_port
+from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
 from tests.test_cli import APP, ROOT, cli, user_error
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -39,9 +42,17 @@ def test_a_parent_whose_children_cannot_start_exits_non_zero() -> None:
     assert "Traceback" not in err.splitlines()[-1]
 
 
-def test_a_child_that_dies_is_restarted_and_logged(redis_proc: RedisProc, namespace: str) -> None:
-    parent = worker_parent(f"--redis={redis_proc.url}", f"--namespace={namespace}",
-                           "--processes=2", "--worker-lease=1")  # fmt: skip
+@pytest.fixture
+def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
+    """The store (``indirect``): Redis, a SQLite file or PostgreSQL."""
+    yield from store_target(request, request.param, tmp_path, namespace)
+
+
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+def test_a_child_that_dies_is_restarted_and_logged(target: StoreTarget) -> None:
+    """On every store: the parent imports the store's module and forks; each child opens its
+    own connections (a SQLite or PostgreSQL connection never crosses a fork)."""
+    parent = worker_parent(*target.cli_args(), "--processes=2", "--worker-lease=1")
     try:
         me = psutil.Process(parent.pid)
         deadline = time.monotonic() + 30
@@ -54,6 +65,15 @@ def test_a_child_that_dies_is_restarted_and_logged(redis_proc: RedisProc, namesp
         while len([c for c in me.children() if c.pid != victim and c.is_running()]) < 2:
             assert time.monotonic() < deadline + 30, "the dead child was not replaced"
             time.sleep(0.1)
+        # The children really work on the store: both, the new one included, are in its pool.
+        children = {f"{os.uname().nodename}-{c.pid}" for c in me.children()}
+        store = target.open()
+        try:
+            while set(store.pool_state()[0]) != children:
+                assert time.monotonic() < deadline + 45, (store.pool_state(), children)
+                time.sleep(0.1)
+        finally:
+            store.close()
         assert parent.poll() is None
     finally:
         parent.send_signal(signal.SIGTERM)

@@ -106,8 +106,10 @@ def what_holds_it(place: DemoPlace) -> str:
     """The line that says where this run's tasks are."""
     if place.target.kind == "sqlite":
         return f"  database [bold]{place.target.path}[/] (every task of this run is in it)"
-    unit = "schema" if place.target.kind == "postgresql" else "key"
-    return f"  namespace [bold]{place.namespace}[/] (every {unit} of this run is in it)"
+    if place.target.kind == "postgresql":
+        return (f"  namespace [bold]{place.namespace}[/] (the schema every table of this run "
+                "is in)")  # fmt: skip
+    return f"  namespace [bold]{place.namespace}[/] (every key of this run is in it)"
 
 
 def finish(console: Console, place: DemoPlace, *, keep: bool) -> None:

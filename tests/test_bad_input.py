@@ -63,10 +63,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql as pg_sql
 from redis.crc import key_slot
 
 from chongming_redis import (
@@ -85,12 +87,16 @@ from chongming_redis import (
 )
 from chongming_redis.stores._keys import Keys
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, snapshot_to_row
+from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore
+from tests.support.postgres_server import PostgresProc
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
-BACKENDS = ["memory", "redis", "sqlite"]
+BACKENDS = ["memory", "redis", "sqlite", "postgres"]
+#: The session fixture of each backend's server (the others need none).
+SERVERS = {"redis": "redis_proc", "postgres": "postgres_proc"}
 BAD = (TypeError, ValueError)
 PROP = settings(
     max_examples=60,
@@ -113,11 +119,13 @@ def at(seconds: float) -> datetime:
 class Harness:
     """One store plus a fingerprint of everything it holds."""
 
-    def __init__(self, backend: str, redis_proc: RedisProc | None) -> None:
+    def __init__(self, backend: str, server: Any) -> None:
         self.backend = backend
         self.client: redis.Redis | None = None
         self.store: Any
-        self.statements = 0  # SQL statements the SQLite store's connection ran
+        # SQL statements the SQLite store's connection ran; on PostgreSQL, the transactions
+        # the store opened (every call that reaches the server opens one).
+        self.statements = 0
         if backend == "memory":
             self.store = InMemoryTaskStore()
             self.namespace = ""
@@ -127,13 +135,24 @@ class Harness:
             self.store = SqliteTaskStore(self.path)
             self.namespace = ""
             self.store._connection().set_trace_callback(self._count_statement)
+        elif backend == "postgres":
+            self.namespace = f"bad_{uuid.uuid4().hex[:12]}"
+            self.store = PostgresTaskStore(server.dsn, schema=self.namespace)
+            self.reader = psycopg.connect(server.dsn, autocommit=True)
+            opened = self.store._transaction
+
+            def counted(*, write: bool) -> Any:
+                self._count_statement("transaction")
+                return opened(write=write)
+
+            self.store._transaction = counted
         else:
-            assert redis_proc is not None
+            assert server is not None
             self.namespace = f"bad-{uuid.uuid4().hex[:12]}"
             self.store = RedisTaskStore.from_url(
-                redis_proc.url, namespace=self.namespace, check_server=False
+                server.url, namespace=self.namespace, check_server=False
             )
-            self.client = redis_proc.client()
+            self.client = server.client()
 
     @property
     def redis(self) -> redis.Redis:
@@ -148,6 +167,9 @@ class Harness:
         self.statements += 1
 
     def close(self) -> None:
+        if self.backend == "postgres":
+            self.store.drop_schema()
+            self.reader.close()
         self.store.close()
         if self.client is not None:
             self.client.close()
@@ -157,6 +179,8 @@ class Harness:
     def fingerprint(self) -> Any:
         if self.backend == "sqlite":
             return sqlite_rows(self.path)
+        if self.backend == "postgres":
+            return postgres_rows(self.reader, self.namespace)
         if self.client is None:
             s = self.store
             rows = copy.deepcopy((s._tasks, s._history, s._commands))
@@ -182,7 +206,7 @@ class Harness:
             # INFO itself is the one command between the two readings.
             assert self.commands_processed() - calls == 1, "a refused call reached Redis"
         if no_server_call:
-            assert self.statements == statements, "a refused call reached SQLite"
+            assert self.statements == statements, f"a refused call reached {self.backend}"
         assert self.fingerprint() == before
 
     def refuses(
@@ -203,23 +227,38 @@ def sqlite_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {t: sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
 
 
+def postgres_rows(db: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the schema, read through a connection of its own."""
+    rows = {}
+    tables = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", [schema])
+    for (table,) in tables.fetchall():
+        select = pg_sql.SQL("SELECT * FROM {}").format(pg_sql.Identifier(schema, table))
+        rows[table] = sorted(db.execute(select).fetchall(), key=repr)
+    return rows
+
+
 def dump_namespace(client: redis.Redis, namespace: str) -> dict[bytes, bytes | None]:
     pattern = Keys(namespace).pattern()[1:]  # the ACL pattern is '~' + a glob
     return {key: client.dump(key) for key in client.scan_iter(match=pattern, count=1000)}
 
 
+def server_of(request: pytest.FixtureRequest, backend: str) -> Any:
+    """The session's server ``backend`` runs on (``None``: it needs none)."""
+    fixture = SERVERS.get(backend)
+    return None if fixture is None else request.getfixturevalue(fixture)
+
+
 @pytest.fixture(params=BACKENDS)
 def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    proc = request.getfixturevalue("redis_proc") if request.param == "redis" else None
-    harness = Harness(request.param, proc)
+    harness = Harness(request.param, server_of(request, request.param))
     yield harness
     harness.close()
 
 
 @contextmanager
-def harness(backend: str, redis_proc: RedisProc) -> Iterator[Harness]:
+def harness(backend: str, request: pytest.FixtureRequest) -> Iterator[Harness]:
     """For @given tests: a fresh store (fresh namespace) per example."""
-    made = Harness(backend, redis_proc if backend == "redis" else None)
+    made = Harness(backend, server_of(request, backend))
     try:
         yield made
     finally:
@@ -287,9 +326,9 @@ def id_entry_points(store: Any, bad: object) -> list[Callable[[], Any]]:
 @PROP
 @given(bad=REFUSED_IDS)
 def test_b1_a_refused_id_raises_a_typed_error_before_any_redis_call(
-    backend: str, redis_proc: RedisProc, bad: object
+    backend: str, request: pytest.FixtureRequest, bad: object
 ) -> None:
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         h.store.create(task("a"))
         for call in id_entry_points(h.store, bad):
             h.refuses(BAD, call)
@@ -299,9 +338,9 @@ def test_b1_a_refused_id_raises_a_typed_error_before_any_redis_call(
 @PROP
 @given(ids=st.lists(ALLOWED_IDS, min_size=1, max_size=8, unique=True))
 def test_b1_allowed_but_awkward_ids_round_trip_exactly_and_never_collide(
-    backend: str, redis_proc: RedisProc, ids: list[str]
+    backend: str, request: pytest.FixtureRequest, ids: list[str]
 ) -> None:
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         for i, ident in enumerate(ids):
             h.store.create(task(ident, created_at=at(i), params=ident))
             h.store.append(Transition(ident, 1, None, TaskStatus.PENDING, at(i), reason=ident))
@@ -319,11 +358,11 @@ def test_b1_allowed_but_awkward_ids_round_trip_exactly_and_never_collide(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_b1_nfc_and_nfd_forms_of_one_name_are_two_different_ids(
-    backend: str, redis_proc: RedisProc
+    backend: str, request: pytest.FixtureRequest
 ) -> None:
     nfc, nfd = "café", unicodedata.normalize("NFD", "café")
     assert nfc != nfd
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         h.store.create(task(nfc, name=nfc, tags=frozenset({nfc})))
         h.store.create(task(nfd, name=nfd, tags=frozenset({nfd}), status_version=5))
         assert h.store.get(nfc).status_version == 1
@@ -347,9 +386,9 @@ def persistent_keys(client: redis.Redis) -> int:
 @PROP
 @given(ids=st.lists(INJECT, min_size=2, max_size=4, unique=True), tag=INJECT, pid=INJECT)
 def test_b2_injection_characters_stay_inside_the_namespace_and_never_collide(
-    backend: str, redis_proc: RedisProc, ids: list[str], tag: str, pid: str
+    backend: str, request: pytest.FixtureRequest, ids: list[str], tag: str, pid: str
 ) -> None:
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         before_db = persistent_keys(h.redis) if h.client is not None else 0
         for i, ident in enumerate(ids):
             h.store.create(task(ident, name=ident, tags=frozenset({tag, ident}),
@@ -459,9 +498,9 @@ def test_b4_a_100k_field_dict_within_the_limit_is_stored_and_read_back(h: Harnes
     form=st.sampled_from(["NFC", "NFD", "NFKC", "NFKD"]),
 )
 def test_b5_bytes_ids_are_refused_and_odd_text_round_trips(
-    backend: str, redis_proc: RedisProc, raw: bytes, text: str, form: str
+    backend: str, request: pytest.FixtureRequest, raw: bytes, text: str, form: str
 ) -> None:
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         for call in id_entry_points(h.store, raw):
             h.refuses(TypeError, call)
         bom = "\ufeff" + text
@@ -493,11 +532,11 @@ MOMENTS = st.datetimes(
 @PROP
 @given(moment=MOMENTS, tz1=OFFSETS, tz2=OFFSETS)
 def test_b6_one_instant_in_any_offset_round_trips_to_the_same_utc_microsecond(
-    backend: str, redis_proc: RedisProc, moment: datetime, tz1: timezone, tz2: timezone
+    backend: str, request: pytest.FixtureRequest, moment: datetime, tz1: timezone, tz2: timezone
 ) -> None:
     one, two = moment.astimezone(tz1), moment.astimezone(tz2)
     assert one == two
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         h.store.create(task("a", created_at=one, updated_at=two, not_before=one))
         h.store.create(task("b", created_at=two, updated_at=one))
         h.store.touch("a", heartbeat_at=two, lease_owner="w", lease_until=one)
@@ -581,9 +620,9 @@ WRONG_INTS = st.one_of(
 @PROP
 @given(bad=WRONG_INTS)
 def test_b7_wrong_types_for_versions_limits_and_counts_are_refused(
-    backend: str, redis_proc: RedisProc, bad: object
+    backend: str, request: pytest.FixtureRequest, bad: object
 ) -> None:
-    with harness(backend, redis_proc) as h:
+    with harness(backend, request) as h:
         populate(h)
         calls = [
             lambda: h.store.save(task("a", status_version=2**52), expect_version=bad),
@@ -766,6 +805,22 @@ def test_the_sqlite_harness_counts_the_statements_a_call_runs() -> None:
         before = h.statements
         h.store.get("a")
         assert h.statements > before
+    finally:
+        h.close()
+
+
+def test_the_postgres_harness_counts_the_transactions_a_call_opens(
+    postgres_proc: PostgresProc,
+) -> None:
+    """The "no PostgreSQL call" checks above can fail: a call that reaches the server opens a
+    transaction, and it is counted; a write changes the fingerprint."""
+    h = Harness("postgres", postgres_proc)
+    try:
+        before, rows = h.statements, h.fingerprint()
+        h.store.get("a")
+        assert h.statements == before + 1
+        h.store.create(task("a"))
+        assert h.fingerprint() != rows
     finally:
         h.close()
 

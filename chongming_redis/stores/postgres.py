@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from chongming_redis.errors import StoreClosed, UnsupportedSchema
+from chongming_redis.errors import StoreClosed, StoreError, UnsupportedSchema
 from chongming_redis.stores._pg_connection import PgPool, PgTx
 from chongming_redis.stores._sql_schema import SCHEMA_VERSION, migrate, recorded_version
 from chongming_redis.stores._sql_store import SqlTaskStore
@@ -44,6 +44,8 @@ from chongming_redis.validation import check_int, check_positive_seconds
 
 __all__ = ["PostgresTaskStore", "check_schema"]
 
+#: ``server_version_num`` of PostgreSQL 13: ``pg_xact_status`` (a lost COMMIT's outcome).
+MIN_SERVER_VERSION = 130000
 #: The namespace alphabet (``RedisTaskStore``'s), within PostgreSQL's 63-byte identifiers.
 _SCHEMA = re.compile(r"[A-Za-z0-9_.-]{1,63}")
 
@@ -146,6 +148,9 @@ class PostgresTaskStore(SqlTaskStore):
     def schema_version(self) -> int:
         """The version recorded in the schema (0: none yet)."""
         with self._transaction(write=False) as tx:
+            ((server,),) = tx.rows("SELECT current_setting('server_version_num')::int")
+            if int(server) < MIN_SERVER_VERSION:  # pg_current_xact_id, pg_xact_status
+                raise StoreError(f"{self.where}: PostgreSQL 13 or newer is needed ({server})")
             name = f'"{self.schema}".schema_version'
             (table,) = tx.rows("SELECT to_regclass(convert_from(?, 'UTF8'))", [name])[0]
             return 0 if table is None else recorded_version(tx)

@@ -20,6 +20,7 @@ from rich.text import Text
 from chongming_redis.embedded import EmbeddedRedisError
 from chongming_redis.env import AUDIT_ENV
 from chongming_redis.errors import StoreError
+from chongming_redis.log_writer import one_line
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.stores.urls import shown_url
 
@@ -96,9 +97,11 @@ def fail(message: str) -> None:
 
 
 def say_error(message: str) -> None:
-    """``error: message`` on one line of stderr; the message is plain text, never markup."""
+    """``error: message`` on one line of stderr; the message is plain text, never markup.
+    A line break in it (a driver's error quoted: libpq's have them) becomes a space."""
     # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
-    err.print(Text("error:", style="red") + Text(f" {message}"), highlight=False, soft_wrap=True)
+    err.print(Text("error:", style="red") + Text(f" {one_line(message)}"), highlight=False,
+              soft_wrap=True)  # fmt: skip
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from typing import TextIO
@@ -24,6 +25,8 @@ from typing import TextIO
 _IMMUTABLE = (str, int, float, bool, type(None), bytes)
 #: The most records one write carries.
 _BATCH = 1000
+#: A line break and the indentation around it (``one_line``).
+_BREAK = re.compile(r"\s*\n\s*")
 
 
 class SecondsFormatter(logging.Formatter):
@@ -40,6 +43,17 @@ class SecondsFormatter(logging.Formatter):
         if second != self._second:  # one writer thread formats: no lock needed
             self._second, self._text = second, super().formatTime(record, datefmt)
         return self._text
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """One line per record: a message that quotes a driver's error may hold newlines
+        (libpq's do); they become spaces. A traceback, appended after, keeps its lines."""
+        text = super().formatMessage(record)
+        return text if "\n" not in text else one_line(text)
+
+
+def one_line(text: str) -> str:
+    """``text`` with each line break, and the indentation around it, made one space."""
+    return _BREAK.sub(" ", text.strip())
 
 
 class BatchingHandler(logging.Handler):

@@ -1,8 +1,9 @@
 """``chongming-redis worker`` (issue 13), run as a real process: its log lines (one line each:
 time, level, message; ``--log-level``), the Ctrl-C hint, ``--max-attempts`` and
-``--retry-backoff`` reaching the retry policy, the private Redis it names, and a Redis outage
-logged once, summarised, and ended by "reconnected to Redis after N s". ``OutageLog`` itself is
-checked with a fake clock.
+``--retry-backoff`` reaching the retry policy, the private Redis it names, and a Redis (or
+PostgreSQL) outage logged once, summarised, and ended by "reconnected to Redis after N s".
+``OutageLog`` itself is checked with a fake clock. The worker end to end also on a SQLite file
+and on PostgreSQL (``--store``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,24 +214,36 @@ def test_without_redis_the_worker_names_the_private_redis_it_started(
 
 @pytest.mark.redis
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("server", ["Redis", "PostgreSQL"])
 def test_an_outage_is_logged_once_and_its_end_as_reconnected(
-    fresh_redis_proc: RedisProc, namespace: str, workers: list[Worker]
+    request: pytest.FixtureRequest, server: str, namespace: str, workers: list[Worker]
 ) -> None:
-    worker = Worker(f"--redis={fresh_redis_proc.url}", f"--namespace={namespace}",
-                    "--worker-lease=1", "--task-lease=2")  # fmt: skip
+    """A stopped Redis, a SIGKILLed PostgreSQL: one line when it goes, at most a summary per
+    interval, one line naming the store when it is back (psycopg's pool says nothing)."""
+    if server == "Redis":
+        proc: Any = request.getfixturevalue("fresh_redis_proc")
+        options = (f"--redis={proc.url}", f"--namespace={namespace}")
+    else:
+        proc = request.getfixturevalue("fresh_postgres_proc")
+        options = (f"--store={proc.dsn}", f"--namespace={namespace}")
+    worker = Worker(*options, "--worker-lease=1", "--task-lease=2")
     workers.append(worker)
     worker.wait_for(lambda line: line == CTRL_C)
-    fresh_redis_proc.stop()
+    # Started (its first pool tick is the last store call of the start): a store lost during
+    # the start is a failed start, exit 1, not an outage.
+    worker.wait_for(lambda line: "buckets +[0-63]" in line)
+    proc.stop() if server == "Redis" else proc.kill9()
     first = worker.wait_for(lambda line: "further failures are summarised" in line)
-    assert " WARNING cannot " in first
-    fresh_redis_proc.restart()
-    worker.wait_for(lambda line: "reconnected to Redis after" in line)
+    assert " WARNING cannot " in first and f"until {server} answers" in first, first
+    proc.restart()
+    worker.wait_for(lambda line: f"reconnected to {server} after" in line)
     assert worker.stop() == 0
     assert sum("further failures are summarised" in line for line in worker.lines) == 1
-    ended = [line for line in worker.lines if "reconnected to Redis after" in line]
+    ended = [line for line in worker.lines if f"reconnected to {server} after" in line]
     assert len(ended) == 1 and re.search(
-        r" INFO +reconnected to Redis after [0-9.]+ s \(", ended[0]
+        rf" INFO +reconnected to {server} after [0-9.]+ s \(", ended[0]
     )
+    assert [line for line in worker.lines if line != CTRL_C and not LOG_LINE.match(line)] == []
 
 
 # -- OutageLog with a fake clock ----------------------------------------------------------------

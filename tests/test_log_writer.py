@@ -59,6 +59,29 @@ def test_a_mutable_argument_is_formatted_when_logged_not_when_written() -> None:
     handler.close()
 
 
+def test_a_message_with_line_breaks_is_one_line_and_a_traceback_keeps_its_lines() -> None:
+    """libpq's errors hold newlines; a worker's log line quoting one stays one line."""
+    stream = io.StringIO()
+    logger, handler = make_logger(stream, "lw.breaks")
+    error = ("server closed the connection unexpectedly\n\tThis probably means the server "
+             "terminated abnormally\n\tbefore or while processing the request.")  # fmt: skip
+    logger.warning("cannot claim commands: %s (summarised)", error)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("failed")
+    handler.flush()
+    first, *rest = stream.getvalue().splitlines()
+    assert first.endswith(
+        "WARNING cannot claim commands: server closed the connection unexpectedly This probably "
+        "means the server terminated abnormally before or while processing the request. "
+        "(summarised)"
+    ), first
+    assert rest[0].endswith("ERROR failed") and rest[1] == "Traceback (most recent call last):"
+    assert rest[-1] == "ValueError: boom"
+    handler.close()
+
+
 def test_close_writes_what_is_queued_and_a_forked_child_writes_its_own_lines(
     tmp_path: Path,
 ) -> None:

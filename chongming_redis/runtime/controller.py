@@ -48,7 +48,7 @@ from chongming_redis.runtime.commands import CommandHandler
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import HeldTasks, holder
-from chongming_redis.runtime.loops import every
+from chongming_redis.runtime.loops import OUTAGE, every, store_name
 from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.retry import RetryPolicy
@@ -95,6 +95,7 @@ class Controller:
         self.app = app or App()
         #: The store's extensions, resolved once: the runtime never probes the store itself.
         self.adapter = StoreAdapter(store, owner=self.owner)
+        OUTAGE.store = store_name(store)  # the process's outage lines name its store
         self.clock = ServerClock(self.adapter)
         self.held = HeldTasks()
         self.events = events or NO_EVENTS

@@ -1,13 +1,14 @@
 """``every``: the one shape of the runtime's polling threads (starter, commands, reconciler):
 wait for the interval or a nudge, run the body, log a store failure and go on.
 
-``OUTAGE`` keeps the log of a Redis outage short: every thread of a worker fails at once and
-keeps failing on each tick until Redis is back. The first failure is logged, then at most one
-summary line per ``summary_every`` seconds with the count, and one line when a call that always
-reaches the store succeeds again ("reconnected to Redis after 12.0 s"): the pool heartbeat, and
-the loops started with ``reaches_store=True``. (A loop whose body may return without a store
-call, the starter with every slot taken, cannot tell that Redis is back.) Without any such
-success, a failure ``2 * summary_every`` seconds after the last one starts a new outage.
+``OUTAGE`` keeps the log of a store outage short: every thread of a worker fails at once and
+keeps failing on each tick until the store is back. The first failure is logged, then at most
+one summary line per ``summary_every`` seconds with the count, and one line when a call that
+always reaches the store succeeds again ("reconnected to Redis after 12.0 s"; SQLite,
+PostgreSQL, or "the store" for another one: ``store_name``): the pool heartbeat, and the loops
+started with ``reaches_store=True``. (A loop whose body may return without a store call, the
+starter with every slot taken, cannot tell that the store is back.) Without any such success,
+a failure ``2 * summary_every`` seconds after the last one starts a new outage.
 """
 
 from __future__ import annotations
@@ -22,6 +23,19 @@ from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 
 log = logging.getLogger("chongming_redis.runtime")
 
+#: The name an outage line gives each built-in store, by the module of its class (the runtime
+#: imports no store).
+_STORE_NAMES = {
+    "chongming_redis.stores.redis": "Redis",
+    "chongming_redis.stores.sqlite": "SQLite",
+    "chongming_redis.stores.postgres": "PostgreSQL",
+}
+
+
+def store_name(store: object) -> str:
+    """``Redis``, ``SQLite``, ``PostgreSQL``, or ``the store`` for any other store."""
+    return _STORE_NAMES.get(type(store).__module__, "the store")
+
 
 class OutageLog:
     """The process's view of a store outage, for the log; shared by its threads."""
@@ -32,8 +46,11 @@ class OutageLog:
         summary_every: float = 15.0,
         logger: logging.Logger = log,
         clock: Callable[[], float] = time.monotonic,
+        store: str = "Redis",
     ) -> None:
         self.summary_every = summary_every
+        #: What the lines call the store (``store_name``; a ``Controller`` sets it).
+        self.store = store
         self.logger = logger
         self.clock = clock
         self._lock = threading.Lock()
@@ -57,8 +74,8 @@ class OutageLog:
             if self._since is None:
                 self._since, self._last_line, self._unlogged, self._failures = now, now, 0, 1
                 self.logger.warning("cannot %s: %s (further failures are summarised every "
-                                    "%.0f s until Redis answers)",
-                                    what, exc, self.summary_every)  # fmt: skip
+                                    "%.0f s until %s answers)",
+                                    what, exc, self.summary_every, self.store)  # fmt: skip
                 return
             self._failures += 1
             self._unlogged += 1
@@ -66,8 +83,9 @@ class OutageLog:
                 return
             count, self._unlogged, self._last_line = self._unlogged, 0, now
             down_for = now - self._since
-        self.logger.warning("Redis still unreachable after %.0f s (%d more failed call(s); "
-                            "last: cannot %s: %s)", down_for, count, what, exc)  # fmt: skip
+        self.logger.warning("%s still unreachable after %.0f s (%d more failed call(s); "
+                            "last: cannot %s: %s)", self.store[:1].upper() + self.store[1:],
+                            down_for, count, what, exc)  # fmt: skip
 
     def succeeded(self) -> bool:
         """A store call succeeded: ends an outage, if there was one (then True: the caller
@@ -79,8 +97,8 @@ class OutageLog:
                 return False
             down_for, failures = self.clock() - self._since, self._failures
             self._since, self._failures, self._unlogged = None, 0, 0
-        self.logger.info("reconnected to Redis after %.1f s (%d failed call(s))",
-                         down_for, failures)  # fmt: skip
+        self.logger.info("reconnected to %s after %.1f s (%d failed call(s))",
+                         self.store, down_for, failures)  # fmt: skip
         return True
 
 

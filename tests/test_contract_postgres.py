@@ -18,23 +18,11 @@ from chongming_redis.testing.extensions_contract import ExtensionsContract
 from chongming_redis.testing.feed_contract import FeedContract
 from chongming_redis.testing.store_contract import StoreContract
 from tests.support.postgres_server import PostgresProc
+from tests.support.sqlite_files import SQLITE_EXTENSIONS
 
 #: Every extension but the Redis pub/sub nudges (``NudgeStore``): the runtime polls instead.
-POSTGRES_EXTENSIONS = frozenset(
-    {
-        "BatchingStore",
-        "FencedTouchStore",
-        "ServerClockStore",
-        "BucketCountingStore",
-        "BucketPoolStore",
-        "CommandReadingStore",
-        "RecordedBucketsStore",
-        "TaskTypesStore",
-        "PagedQueryStore",
-        "CommandInspectingStore",
-        "WorkerBeatsStore",
-    }
-)
+#: The SQL stores share every method (``SqlTaskStore``), so they implement the same set.
+POSTGRES_EXTENSIONS = SQLITE_EXTENSIONS
 
 
 class _OnPostgres:

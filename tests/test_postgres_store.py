@@ -9,6 +9,7 @@ tests/test_postgres_faults.py.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -329,3 +330,23 @@ def test_the_store_recovers_by_itself_after_the_server_restarts(
         store.close()
     with pytest.raises(StoreClosed):
         store.get("t1")
+
+
+def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(
+    store: PostgresTaskStore,
+) -> None:
+    store.create(task("t1"))  # the parent's pool holds an open connection now
+    pid = os.fork()
+    if pid == 0:  # the child: its own pool; exits without running the parent's cleanup
+        code = 1
+        try:
+            store.save(task("t1", 2, TaskStatus.RUNNING), expect_version=1)
+            code = 0 if store.get("t1") == task("t1", 2, TaskStatus.RUNNING) else 2
+            store.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # The parent's connections were neither used nor closed by the child.
+    assert store.get("t1") == task("t1", 2, TaskStatus.RUNNING)
+    store.save(task("t1", 3, TaskStatus.SUCCEEDED), expect_version=2)

@@ -236,8 +236,9 @@ def _alive(connection: psycopg.Connection[Any]) -> bool:
     if connection.closed or connection.broken:
         return False
     try:
-        readable, _, _ = select.select([connection.fileno()], [], [], 0)
-        if readable:
+        poller = select.poll()  # not select(): a descriptor above 1023 is fine
+        poller.register(connection.fileno(), select.POLLIN)
+        if poller.poll(0):
             ConnectionPool.check_connection(connection)
     except (OSError, ValueError, psycopg.Error):
         return False

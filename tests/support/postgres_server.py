@@ -60,7 +60,10 @@ class PostgresProc:
         self.port = free_port()
         self.settings = {**_TEST_SETTINGS, **(settings or {})}
         self._user = _server_user()
-        self.dir = Path(tempfile.mkdtemp(prefix="chongming-pg-test-"))
+        # /tmp rather than $TMPDIR: the postgres user must reach it (a TMPDIR under /root is
+        # closed to it), and the socket's path must stay under the 107-byte limit.
+        base = "/tmp" if os.path.isdir("/tmp") else None
+        self.dir = Path(tempfile.mkdtemp(prefix="chongming-pg-test-", dir=base))
         self.data = self.dir / "data"
         self.log_path = self.dir / "postgres.log"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -130,7 +130,8 @@ def worker(
     Without --redis or --store it starts a private Redis (redis-server from PATH, else the
     embedded extra's) and says which. --store sqlite:///path runs on a SQLite file (created if
     missing; the workers of one machine share it), --store postgresql://... on PostgreSQL (the
-    namespace is the schema). Ctrl-C stops gracefully; a second one hands running tasks back.
+    namespace is the schema); without Redis's nudges it polls for work and commands every
+    0.2 s. Ctrl-C stops gracefully; a second one hands running tasks back.
     """
     with user_errors():
         from chongming_redis.runtime.config import ControllerConfig

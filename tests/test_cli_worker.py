@@ -371,3 +371,29 @@ def test_a_quick_second_ctrl_c_hands_a_lone_workers_task_back_at_once(
     task = store.get(task_id)
     assert task is not None and task.status is TaskStatus.PENDING and task.attempt == 2
     store.close()
+
+
+# -- polling without nudges ---------------------------------------------------------------------
+
+
+def test_a_worker_on_a_store_without_nudges_polls_every_fifth_of_a_second(
+    redis_proc: RedisProc, namespace: str, tmp_path: Path
+) -> None:
+    """Nudges wake a Redis worker at once (its polls are a fallback: 1 s, 0.5 s); on a store
+    without them (SQLite, PostgreSQL, the in-memory store) the poll is the reaction time."""
+    from chongming_redis.cli_worker import UNNUDGED_POLL, polling_for
+    from chongming_redis.runtime.config import ControllerConfig
+    from chongming_redis.stores.memory import InMemoryTaskStore
+    from chongming_redis.stores.sqlite import SqliteTaskStore
+
+    config = ControllerConfig(command_poll_interval=0.5, start_poll_interval=1.0)
+    redis_store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    assert polling_for(redis_store, config) == config
+    redis_store.close()
+    for store in (InMemoryTaskStore(), SqliteTaskStore(tmp_path / "t.db")):
+        polled = polling_for(store, config)
+        assert (polled.start_poll_interval, polled.command_poll_interval) == (UNNUDGED_POLL,) * 2
+        assert polled.task_lease == config.task_lease  # nothing else changes
+        fast = ControllerConfig(command_poll_interval=0.05, start_poll_interval=0.05)
+        assert polling_for(store, fast) == fast  # never slower than asked
+        store.close()

@@ -128,14 +128,20 @@ class Client(ClientFlows):
         name: str | None = None,
         **store_options: Any,
     ) -> Client:
-        """A client on the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``);
-        ``store_options`` go to ``RedisTaskStore.from_url`` (timeouts, retries)."""
-        from chongming_redis.stores.redis import RedisTaskStore
+        """A client on the store at ``url``: a Redis (``redis://``, ``rediss://``,
+        ``unix://``), a SQLite file (``sqlite:///abs/path``) or a PostgreSQL (``postgresql://``,
+        the namespace is its schema); ``stores/urls.py``. ``store_options`` go to
+        ``RedisTaskStore.from_url`` (timeouts, retries); the other stores take none."""
+        from chongming_redis.stores.urls import open_store_url, parse_store_url
 
-        # The server's durability settings are the workers' concern (they warn once); a
-        # producer does not repeat the warning in every process.
-        store_options.setdefault("check_server", False)
-        store = RedisTaskStore.from_url(url, namespace=namespace, **store_options)
+        if parse_store_url(url).kind != "redis":
+            if store_options:
+                raise TypeError(f"store options are for a Redis URL: {sorted(store_options)}")
+        else:
+            # The server's durability settings are the workers' concern (they warn once); a
+            # producer does not repeat the warning in every process.
+            store_options.setdefault("check_server", False)
+        store = open_store_url(url, namespace=namespace, redis_options=store_options)
         return cls(store, app=app, num_buckets=num_buckets, name=name, owns_store=True)
 
     # -- submitting ------------------------------------------------------------------------

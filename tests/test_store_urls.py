@@ -185,6 +185,24 @@ def test_postgresql_opens_the_namespace_as_its_schema(
         store.close()
 
 
+def test_a_client_from_any_store_url(tmp_path: Path, postgres_proc: PostgresProc) -> None:
+    """``Client.from_url`` opens what ``open_store_url`` opens; Redis options are refused for
+    another store (never silently dropped)."""
+    from chongming_redis import Client
+    from tests.support.pool_app import app
+
+    for url, namespace in ((f"sqlite://{tmp_path / 't.db'}", "default"),
+                           (postgres_proc.dsn, "urls_client")):  # fmt: skip
+        with Client.from_url(url, namespace=namespace, app=app, num_buckets=8) as client:
+            handle = client.submit("work", {"ms": 1})
+            assert client.get(handle.task_id) is not None
+        with pytest.raises(TypeError, match="store options are for a Redis URL"):
+            Client.from_url(url, namespace=namespace, socket_timeout=1)
+    store = open_store_url(postgres_proc.dsn, namespace="urls_client")
+    store.drop_schema()  # type: ignore[attr-defined]
+    store.close()
+
+
 def test_a_redis_user_never_imports_the_sql_stores(redis_proc: RedisProc) -> None:
     """The CLI and ``open_store_url`` on a Redis URL: psycopg and the SQL store modules stay
     unimported (they are imported only when their URL is opened)."""

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.postgres_server import PostgresProc, postgres_bin_dir
 from tests.support.redis_server import RedisProc, redis_server_path
+from tests.support.store_targets import StoreTarget, store_target
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -75,6 +77,14 @@ def fresh_postgres_proc() -> Iterator[PostgresProc]:
 @pytest.fixture
 def namespace() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
+    """The store of a real-process test, as its workers are given it (a URL and a namespace):
+    Redis, unless the test is parameterised over ``STORE_KINDS`` with ``indirect=True`` (then
+    also a SQLite file and PostgreSQL; ``tests/support/store_targets.py``)."""
+    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -21,7 +21,7 @@ import pytest
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
+from tests.support.store_targets import STORE_KINDS, StoreTarget
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -53,12 +53,6 @@ def one_error_line(result: subprocess.CompletedProcess[str], status: int, *fragm
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
-
-
-@pytest.fixture
-def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
-    """The store: Redis, unless a test is parameterised over ``STORE_KINDS``."""
-    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
 
 
 @pytest.fixture

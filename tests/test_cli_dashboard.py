@@ -18,7 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from chongming_redis.runtime.controller import Controller
 from tests.support.redis_server import RedisProc
+from tests.support.store_targets import STORE_KINDS, StoreTarget
 from tests.test_cli_control import one_error_line
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -27,9 +29,12 @@ TOKEN = "a-token-of-twenty-chars"
 
 
 def environment(url: str | None, namespace: str) -> dict[str, str]:
+    """The store in the environment: ``CHONGMING_REDIS_URL`` for Redis, else
+    ``CHONGMING_STORE_URL``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
     if url is not None:
-        env["CHONGMING_REDIS_URL"] = url
+        redis = url.startswith(("redis", "unix"))
+        env["CHONGMING_REDIS_URL" if redis else "CHONGMING_STORE_URL"] = url
     env["CHONGMING_NAMESPACE"] = namespace
     return env
 
@@ -65,12 +70,22 @@ def dashboard(
                 proc.communicate()
 
 
-def test_it_serves_the_pages_read_only_by_default(redis_proc: RedisProc, namespace: str) -> None:
-    with dashboard(url=redis_proc.url, namespace=namespace) as (base, lines):
-        assert f"namespace {namespace!r}" in lines[0] and redis_proc.url in lines[0]
+@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+def test_it_serves_the_pages_read_only_by_default(target: StoreTarget) -> None:
+    """On every store, given in the environment (``CHONGMING_STORE_URL`` for SQLite and
+    PostgreSQL): it says which store it shows, and serves its tasks."""
+    from chongming_redis.stores.urls import parse_store_url
+    from tests.support.pool_app import app
+
+    store = target.open()
+    task_id = Controller(store, app=app).submit("work", {"ms": 1})
+    store.close()
+    where = parse_store_url(target.url).where(target.namespace)
+    with dashboard(url=target.url, namespace=target.namespace) as (base, lines):
+        assert lines[0].startswith(f"dashboard of {where}: "), lines[0]
         assert lines[1].startswith("read-only")
         assert httpx.get(base + "/").status_code == 200
-        assert httpx.get(base + "/tasks").status_code == 200
+        assert task_id in httpx.get(base + "/tasks").text
         assert "chongming_tasks{" in httpx.get(base + "/metrics").text
         assert httpx.get(base + "/login").status_code == 404
 

@@ -33,7 +33,7 @@ from chongming_redis.runtime.loops import OutageLog, every
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
+from tests.support.store_targets import STORE_KINDS, StoreTarget
 from tests.test_cli import APP, ROOT, cli, ok
 
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) +\S")
@@ -105,12 +105,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 # -- log lines ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
-    """The store (``indirect``): Redis, a SQLite file or PostgreSQL."""
-    yield from store_target(request, request.param, tmp_path, namespace)
 
 
 @pytest.mark.redis

@@ -9,9 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 
 import psutil
 import pytest
@@ -21,7 +19,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc, free_port
-from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
+from tests.support.store_targets import STORE_KINDS, StoreTarget
 from tests.test_cli import APP, ROOT, cli, user_error
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -40,12 +38,6 @@ def test_a_parent_whose_children_cannot_start_exits_non_zero() -> None:
     assert parent.returncode != 0, err
     assert "could not start" in err
     assert "Traceback" not in err.splitlines()[-1]
-
-
-@pytest.fixture
-def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
-    """The store (``indirect``): Redis, a SQLite file or PostgreSQL."""
-    yield from store_target(request, request.param, tmp_path, namespace)
 
 
 @pytest.mark.parametrize("target", STORE_KINDS, indirect=True)

@@ -47,7 +47,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support import runtime_app
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
+from tests.support.store_targets import STORE_KINDS, StoreTarget
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -234,12 +234,6 @@ def check_chain(history: list[Transition]) -> None:
 
 def statuses(history: list[Transition]) -> list[str]:
     return [t.to_status.value for t in history]
-
-
-@pytest.fixture
-def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
-    """The workers' store: Redis, unless a test is parameterised over ``STORE_KINDS``."""
-    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
 
 
 @pytest.fixture

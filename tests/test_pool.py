@@ -43,7 +43,7 @@ from chongming_redis.runtime.pool import BucketPool, rendezvous
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.worker_processes import WorkerProcesses
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget, store_target
+from tests.support.store_targets import STORE_KINDS, StoreTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_BUCKETS = 16
@@ -525,13 +525,6 @@ class Workers(WorkerProcesses):
 
     def close(self) -> None:
         self.stop_all(timeout=15)
-
-
-@pytest.fixture
-def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[StoreTarget]:
-    """The store of the worker processes: Redis, unless a test is parameterised over
-    ``STORE_KINDS`` (``indirect``)."""
-    yield from store_target(request, getattr(request, "param", "redis"), tmp_path, namespace)
 
 
 @pytest.fixture

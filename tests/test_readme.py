@@ -1,7 +1,7 @@
 """The README's examples run as shown, twice in a row, and print what they claim: the quick
 start (``tasks.py`` under a real ``chongming-redis worker``, ``producer.py``), the async
-example, the pytest-plugin example and the store example. Only the Redis URL is replaced by a
-private server's."""
+example, the pytest-plugin example, the store example and the SQLite example. Only the Redis URL
+is replaced by a private server's (the SQLite file's path by a temporary one)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,33 @@ def test_the_quick_start_runs_twice_and_prints_what_it_claims(app_dir: tuple[Pat
         assert out[2] == "stopped"
     log = (where / "worker.log").read_text()
     assert "succeeded" in log and "resize" in log  # one line per task
+
+
+def test_the_sqlite_example_runs_twice_under_the_readmes_worker_command(tmp_path: Path) -> None:
+    """The worker command as the README shows it (``--store sqlite:///...``, under an exported
+    CHONGMING_REDIS_URL that it overrides) and ``producer_sqlite.py``; only the file's path is
+    replaced by one in a temporary directory. No Redis is involved."""
+    shown = "sqlite:///tmp/thumbnails.sqlite3"
+    url = f"sqlite://{tmp_path / 'thumbnails.sqlite3'}"
+    command = re.search(r"^chongming-redis worker tasks:app --store \S+ --processes 2$", README,
+                        re.M)  # fmt: skip
+    assert command is not None and shown in command.group(0)
+    (tmp_path / "tasks.py").write_text(block("# tasks.py"))
+    producer = block("# producer_sqlite.py").replace(shown, url)
+    env = env_for("redis://127.0.0.1:1/0")  # an exported Redis URL nobody listens on
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(["bash", "-c", "exec " + command.group(0).replace(shown, url)],
+                                  cwd=tmp_path, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            for _ in range(2):
+                assert run(producer, tmp_path, "").splitlines() == ["{'width': 320}"]
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+    log_text = (tmp_path / "worker.log").read_text()
+    assert f"SQLite database {tmp_path / 'thumbnails.sqlite3'}" in log_text, log_text
 
 
 def test_the_pytest_plugin_example_passes(app_dir: tuple[Path, str]) -> None:

@@ -1,9 +1,11 @@
 """The ``chongming-redis`` command line.
 
-Every command takes ``--redis URL`` (or ``CHONGMING_REDIS_URL``) and ``--namespace``. A user
-mistake (unknown task, bad URL, Redis down, bad JSON, a bad option value) prints one line and
-exits 1, no traceback. The read commands print tables for people (``cli_render``) and take
-``--json`` for scripts (``cli_json`` documents the keys).
+Every command takes ``--redis URL`` (or ``CHONGMING_REDIS_URL``), or any store's URL with
+``--store URL`` (or ``CHONGMING_STORE_URL``: ``sqlite:///path``, ``postgresql://...``;
+``stores/urls.py``), and ``--namespace``. A user mistake (unknown task, bad URL, the store down,
+bad JSON, a bad option value) prints one line and exits 1, no traceback. The read commands
+print tables for people (``cli_render``) and take ``--json`` for scripts (``cli_json``
+documents the keys).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def root(
                      help="print the version and exit"),
     ] = False,
 ) -> None:  # fmt: skip
-    """chongming-redis: run, submit, inspect and control tasks kept in Redis."""
+    """chongming-redis: run, submit, inspect and control tasks kept in Redis (or, with --store,
+    in SQLite or PostgreSQL)."""
 
 
 def _cli_owner() -> str:

@@ -56,4 +56,6 @@ def test_postgres_store_matches_the_reference_on_random_operation_sequences(
     def open_store(n: int) -> SqlTaskStore:
         return PostgresTaskStore(postgres_proc.dsn, schema=f"sm_{uuid.uuid4().hex[:12]}")
 
-    _run(shrinking(open_store), max_examples=80, check_reach=True)
+    # As many examples as SQLite and more: the reach floor (MUST_SEE) missed one outcome in
+    # one run of 80.
+    _run(shrinking(open_store), max_examples=120, check_reach=True)

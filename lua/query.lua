@@ -1,37 +1,44 @@
 #!lua flags=no-writes
 --[[ query: one page of tasks matching a TaskQuery, in created_at order, read-only.
 
-The caller picks the source indexes (the most selective the query names); this script merges
-them in (created_at, task_id) order from a cursor, checks every other filter against the task
+The script picks the source indexes from the filters (below), merges them in (created_at,
+task_id) order from a cursor, checks every filter the sources do not imply against the task
 hash, and returns up to `want` matches. The caller loops on the cursor while the page is full
 and the sources are not exhausted, so no single call does unbounded work.
 
 KEYS[1]  {ns}:         the namespace root; index and task keys are derived from it
 ARGV[1]  'asc' | 'desc'
 ARGV[2]  want: matches to return at most (1..1000)
-ARGV[3]  budget: index entries to examine at most (>= want)
+ARGV[3]  budget: index entries to examine at most (>= want; `want` when the sources are exact)
 ARGV[4]  cursor score ('' to start) -- the last examined entry of the previous page
 ARGV[5]  cursor member
-ARGV[6]  source kind: 'ix' | 'tag' | 'p'
-ARGV[7]  source argument: the tag / pipeline id ('' for 'ix')
-ARGV[8]  statuses filter, space-separated ('' = any)
-ARGV[9]  buckets filter, space-separated ('' = any)
-ARGV[10] name filter ('' = any)
-ARGV[11] name_prefix filter ('' = any)
-ARGV[12] tag filter ('' = any)
-ARGV[13] pipeline filter ('' = any)
-ARGV[14] '1' when the sources already imply every filter (skip the per-task check), else '0'
+ARGV[6]  statuses filter, space-separated ('' = any)
+ARGV[7]  buckets filter, space-separated ('' = any)
+ARGV[8]  name filter ('' = any)
+ARGV[9]  name_prefix filter ('' = any)
+ARGV[10] tag filter ('' = any)
+ARGV[11] pipeline filter ('' = any)
 
 Replies
-  {'OK', exhausted (0|1), cursor_score, cursor_member, id1, fields1, id2, fields2, ...}
+  {'OK', exhausted (0|1), cursor_score, cursor_member, source ('ix'|'tag'|'p'), id1, fields1,
+   id2, fields2, ...}
   {'CORRUPT', key, field, detail} | {'BADARG', detail}
 
-Sources: 'ix' merges the composite index {ns}:ix:<status>:<bucket>:<name> for the filtered
-statuses (all seven if none), the filtered buckets (if none: those {ns}:counts lists for the
-status) and the filtered name (if none: the names {ns}:nm:<status>:<bucket> lists, narrowed
-by the name prefix); 'tag' and 'p' walk one index.
-Bound: at most `budget` entries examined per call; ~4000 index entries read up front (one chunk
-per source), then one chunk of 32 more for each source the walk uses up.
+Sources. 'ix' merges the composite index {ns}:ix:<status>:<bucket>:<name> for the filtered
+statuses (all seven if none) and the filtered buckets ((status, bucket) pairs {ns}:counts lists)
+and the filtered name (if none: the names {ns}:nm:<status>:<bucket> lists, narrowed by the name
+prefix); 'tag' and 'p' walk {ns}:tag:<tag> / {ns}:p:<pid>. Without a tag or pipeline filter
+the source is 'ix', exact (no per-task check). With one (or both) the smaller of their indexes
+(ZCARD) is walked, unless the query also filters on status, bucket, name or name prefix and
+the composite keys hold fewer tasks: that is decided from the counters alone, {ns}:counts
+`<status>:<bucket>` (an upper bound when a name or prefix narrows it), refined with the counts
+of {ns}:nm:<status>:<bucket> (largest pairs first, stopping as soon as the answer is known, at
+most DECIDE_READS of them; undecided: the tag/pipeline index). Every source is ordered by
+(created_at, id) and every filter is checked on a non-exact source, so the cursor means the
+same whichever is walked: calls of one query may walk different sources as the counts change.
+Bound: at most `budget` entries examined per call; the choice reads two ZCARDs, {ns}:counts and
+at most DECIDE_READS name-count hashes; ~4000 index entries read up front (one chunk per
+source), then one chunk of 32 more for each source the walk uses up.
 ]]
 --- @include "lib/common"
 --- @include "lib/task_view"
@@ -39,7 +46,6 @@ per source), then one chunk of 32 more for each source the walk uses up.
 local root = KEYS[1]
 local direction, want, budget = ARGV[1], ARGV[2], ARGV[3]
 local cursor_score, cursor_member = ARGV[4], ARGV[5]
-local source_kind, source_arg = ARGV[6], ARGV[7]
 if direction ~= 'asc' and direction ~= 'desc' then return badarg('direction') end
 if not is_uint(want) or not is_uint(budget) then return badarg('want/budget malformed') end
 want, budget = tonumber(want), tonumber(budget)
@@ -57,54 +63,153 @@ local function set_of(items)
   for i = 1, #items do set[items[i]] = true end
   return set
 end
-local status_list, bucket_list = split(ARGV[8]), split(ARGV[9])
+local status_list, bucket_list = split(ARGV[6]), split(ARGV[7])
 local want_status, want_bucket = set_of(status_list), set_of(bucket_list)
-local want_name, want_prefix, want_tag, want_pipeline = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
-local sources_are_exact = ARGV[14] == '1'
-
--- Source keys.
-local sources = {}
-if source_kind == 'ix' then
-  -- The composite index: every (status, bucket, name) combination the filters allow.
-  local statuses = status_list
-  if #statuses == 0 then
-    statuses = { 'pending', 'running', 'paused', 'succeeded', 'failed', 'stopped', 'lost' }
-  end
-  local buckets_by_status = {}
-  if #bucket_list == 0 then
-    local fields = rcall('HKEYS', root .. 'counts')
-    for i = 1, #fields do
-      local s, b = string.match(fields[i], '^(%l+):(%d+)$')
-      if s then
-        buckets_by_status[s] = buckets_by_status[s] or {}
-        table.insert(buckets_by_status[s], b)
-      end
-    end
-  end
-  for _, s in ipairs(statuses) do
-    if not STATUSES[s] then return badarg('unknown status ' .. s) end
-    for _, b in ipairs(#bucket_list > 0 and bucket_list or (buckets_by_status[s] or {})) do
-      local combo = s .. ':' .. b
-      if want_name ~= '' then
-        -- the sources are exact, so the name must pass the prefix filter here too
-        if want_prefix == '' or string.sub(want_name, 1, #want_prefix) == want_prefix then
-          sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. want_name
-        end
-      else
-        local names = rcall('HKEYS', root .. 'nm:' .. combo)
-        for i = 1, #names do
-          if want_prefix == '' or string.sub(names[i], 1, #want_prefix) == want_prefix then
-            sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. names[i]
-          end
-        end
-      end
-    end
-  end
-elseif source_kind == 'tag' or source_kind == 'p' then
-  sources[1] = root .. source_kind .. ':' .. source_arg
-else
-  return badarg('unknown source kind')
+local want_name, want_prefix, want_tag, want_pipeline = ARGV[8], ARGV[9], ARGV[10], ARGV[11]
+for _, s in ipairs(status_list) do
+  if not STATUSES[s] then return badarg('unknown status ' .. s) end
 end
+for _, b in ipairs(bucket_list) do
+  if not is_uint(b) then return badarg('bucket malformed') end
+end
+local function name_passes(name) -- the name prefix filter
+  return want_prefix == '' or string.sub(name, 1, #want_prefix) == want_prefix
+end
+
+-- The single-index candidates: the pipeline's and the tag's index; the smaller one (the
+-- pipeline's on a tie) is the one to beat.
+local single, single_kind, single_size = nil, nil, nil
+for _, candidate in ipairs({ { 'p', want_pipeline }, { 'tag', want_tag } }) do
+  if candidate[2] ~= '' then
+    local key = root .. candidate[1] .. ':' .. candidate[2]
+    local kind = key_type(key)
+    if kind ~= 'none' and kind ~= 'zset' then return corrupt(key, '', 'index is not a sorted set') end
+    local size = rcall('ZCARD', key)
+    if not single_size or size < single_size then
+      single, single_kind, single_size = key, candidate[1], size
+    end
+  end
+end
+
+-- The (status, bucket) pairs the filters allow that hold tasks, from {ns}:counts (a counter
+-- that reaches 0 is deleted), with their task counts: { { combo = '<status>:<bucket>', n }, ... }
+-- or (nil, corrupt reply).
+local ALL_STATUSES = { 'pending', 'running', 'paused', 'succeeded', 'failed', 'stopped', 'lost' }
+local function status_buckets()
+  local counts_key = root .. 'counts'
+  local counted = rcall('HGETALL', counts_key)
+  local listed = {}
+  local found = {}
+  for i = 1, #counted, 2 do
+    local field = counted[i]
+    local s, b = string.match(field, '^(%l+):(%d+)$')
+    if s then
+      if not is_uint(counted[i + 1]) then
+        return nil, corrupt(counts_key, field, 'counter is not a canonical integer')
+      end
+      listed[field] = tonumber(counted[i + 1])
+      if not want_bucket and (not want_status or want_status[s]) then
+        found[#found + 1] = { combo = field, n = listed[field] }
+      end
+    end
+  end
+  if want_bucket then
+    for _, s in ipairs(#status_list > 0 and status_list or ALL_STATUSES) do
+      for _, b in ipairs(bucket_list) do
+        local combo = s .. ':' .. b
+        if listed[combo] then found[#found + 1] = { combo = combo, n = listed[combo] } end
+      end
+    end
+  end
+  return found
+end
+
+-- The number of tasks of one pair's name counts that pass the name filters; the names are
+-- kept on the pair (p.names) for the sources. Or (nil, corrupt reply).
+local function named_tasks(p)
+  local names_key = root .. 'nm:' .. p.combo
+  local total = 0
+  p.names = {}
+  if want_name ~= '' then
+    local counted = rcall('HMGET', names_key, want_name)[1]
+    if counted then
+      if not is_uint(counted) then
+        return nil, corrupt(names_key, want_name, 'name count is not a canonical integer')
+      end
+      total = tonumber(counted)
+      if total > 0 then p.names[1] = want_name end
+    end
+    return total
+  end
+  local counted = rcall('HGETALL', names_key)
+  for i = 1, #counted, 2 do
+    if name_passes(counted[i]) then
+      if not is_uint(counted[i + 1]) then
+        return nil, corrupt(names_key, counted[i], 'name count is not a canonical integer')
+      end
+      total = total + tonumber(counted[i + 1])
+      p.names[#p.names + 1] = counted[i]
+    end
+  end
+  return total
+end
+
+-- Which source to walk: without a tag or pipeline filter the composite index (exact); with
+-- one, its index, or the composite index when the query also narrows that and its keys hold
+-- fewer tasks. Decided from the counters alone (see the header), at most DECIDE_READS name
+-- count hashes per call.
+local DECIDE_READS = 64
+local combos, use_composite = nil, single == nil
+local narrowed = #status_list > 0 or #bucket_list > 0 or want_name ~= '' or want_prefix ~= ''
+if single and narrowed then
+  local bad
+  combos, bad = status_buckets()
+  if not combos then return bad end
+  local upper = 0 -- the tasks of the pairs: exact without a name filter, else an upper bound
+  for _, p in ipairs(combos) do upper = upper + p.n end
+  if upper < single_size or (want_name ~= '' and not name_passes(want_name)) then
+    use_composite = true
+  elseif want_name ~= '' or want_prefix ~= '' then
+    table.sort(combos, function(a, b) return a.n > b.n end) -- the bound shrinks fastest
+    local known, rest = 0, upper
+    for i = 1, math.min(#combos, DECIDE_READS) do
+      local n
+      n, bad = named_tasks(combos[i])
+      if not n then return bad end
+      known, rest = known + n, rest - combos[i].n
+      if known >= single_size then break end
+      if known + rest < single_size then
+        use_composite = true
+        break
+      end
+    end
+  end
+end
+
+local sources = {}
+if use_composite then
+  if not combos then
+    local bad
+    combos, bad = status_buckets()
+    if not combos then return bad end
+  end
+  for _, p in ipairs(combos) do
+    local names = p.names -- read while deciding, or:
+    if not names then
+      names = want_name ~= '' and { want_name } or rcall('HKEYS', root .. 'nm:' .. p.combo)
+    end
+    for _, name in ipairs(names) do
+      if name_passes(name) then sources[#sources + 1] = root .. 'ix:' .. p.combo .. ':' .. name end
+    end
+  end
+else
+  sources[1] = single
+end
+-- The composite index implies every filter but tag and pipeline: then no per-task check, and
+-- every entry examined is a match.
+local sources_are_exact = use_composite and single == nil
+if sources_are_exact then budget = want end
+local source_kind = use_composite and 'ix' or single_kind
 
 -- Is (score, member) after the cursor in the walking direction?
 local desc = direction == 'desc'
@@ -219,7 +324,7 @@ for _, key in ipairs(sources) do
 end
 
 -- Walk the merge, examining at most `budget` entries.
-local reply = { 'OK', 0, cursor_score, cursor_member }
+local reply = { 'OK', 0, cursor_score, cursor_member, source_kind }
 local found, examined = 0, 0
 while #heap > 0 and examined < budget do
   local entry = pop()

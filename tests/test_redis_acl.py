@@ -25,8 +25,8 @@ contract runs a second time as users granted no category at all, only single com
 A read-only user can ``get``, ``query``, ``counts`` and ``history``; every write raises a
 ``StoreError`` wrapping the ``NOPERM`` and leaves the namespace byte-identical. The minimal
 read-only set (found by denial, see ``READ_ONLY_EXACT``) is what the store sends (``HGETALL``,
-``ZRANGEBYSCORE``), what its query script adds (``HKEYS``, ``HMGET``, ``TYPE``,
-``ZREVRANGEBYSCORE``), ``EVALSHA_RO`` and ``SCRIPT LOAD``; the category form
+``ZRANGEBYSCORE``), what its query script adds (``HKEYS``, ``HMGET``, ``TYPE``, ``ZCARD``,
+``ZREVRANGEBYSCORE``, ...), ``EVALSHA_RO`` and ``SCRIPT LOAD``; the category form
 ``-@all +@read -@dangerous +evalsha_ro +script|load`` works too. ``SCRIPT LOAD`` is allowed so
 the store answers ``NOSCRIPT`` itself (after a restart or a ``SCRIPT FLUSH``); a deployment
 that does not want it must pre-load ``lua/query.lua`` as an admin, which is tested as well.
@@ -76,15 +76,16 @@ STORE_USER_RULES = ("resetchannels", "+@all", "-@admin", "-@dangerous")
 #: SCRIPT LOAD for the NOSCRIPT fallback.
 READ_ONLY_EXACT = (
     "-@all",
-    "+hgetall",  # get; query's replies
+    "+hgetall",  # get; query's replies, the counters it picks its source by
     "+zrangebyscore",  # history; query's ascending walk
     "+zrevrangebyscore",  # query's descending walk
     "+zrank",  # query: the next chunk of a source, after its last entry (ascending)
     "+zrange",
     "+zrevrank",  # the same, descending
     "+zrevrange",
-    "+hkeys",  # query: buckets of a status, names of a (status, bucket)
-    "+hmget",  # counts (the status fields); query: the per-task filter check
+    "+hkeys",  # query: names of a (status, bucket)
+    "+zcard",  # query: a tag / pipeline index's size, weighed against the composite's counters
+    "+hmget",  # counts (the status fields); query: the per-task filter check, a name count
     "+type",  # query: refuses an index or task of the wrong type
     "+evalsha_ro",
     "+script|load",

@@ -40,7 +40,6 @@ from chongming_redis.stores._keys import (
     Keys,
 )
 from chongming_redis.stores._redis_rows import (
-    choose_source,
     decode_entry,
     encode_entry,
     fast_snapshot,
@@ -156,7 +155,8 @@ def query(
     q, position = check.check_query(query), check.check_after(after)
     if q.limit == 0 or q.statuses == frozenset() or q.buckets == frozenset():
         return []
-    source_kind, source_arg = choose_source(q)
+    # query.lua picks the index to walk itself, from the filters and the counters (one round
+    # trip); the cursor means the same whichever it walks, so calls may walk different ones.
     filters = [
         " ".join(sorted(s.value for s in q.statuses or ())),
         " ".join(str(b) for b in sorted(q.buckets or ())),
@@ -165,20 +165,18 @@ def query(
         q.tag or "",
         q.pipeline_run_id or "",
     ]
-    # The composite index already applies every filter but tag and pipeline.
-    exact_source = source_kind == "ix"
     results: list[TaskSnapshot] = []
     cursor = ("", "") if position is None else (str(encode_dt(position[0])), position[1])
     remaining = math.inf if q.limit is None else q.limit
     while remaining > 0:
         want = int(min(remaining, page_size))
-        budget = want if exact_source else max(want, page_budget)
-        args = ["desc" if q.newest_first else "asc", want, budget, *cursor, source_kind,
-                source_arg, *filters, "1" if exact_source else "0"]  # fmt: skip
+        # The script examines only `want` entries when its sources imply every filter.
+        args = ["desc" if q.newest_first else "asc", want, max(want, page_budget), *cursor,
+                *filters]  # fmt: skip
         reply = yield script("query", [keys.root], args)
         exhausted, cursor = reply[1] == 1, (text(reply[2]), text(reply[3]))
         page = [
-            decode_task(keys, text(reply[i]), pairs(reply[i + 1])) for i in range(4, len(reply), 2)
+            decode_task(keys, text(reply[i]), pairs(reply[i + 1])) for i in range(5, len(reply), 2)
         ]
         results.extend(page)
         remaining -= len(page)

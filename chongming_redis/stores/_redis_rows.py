@@ -1,5 +1,5 @@
 """How ``RedisTaskStore`` lays rows out in Redis: history entries (msgpack, both statuses in
-one byte), hash field changes, the index a query walks, write tokens."""
+one byte), hash field changes, write tokens (``lua/query.lua`` picks the index a query walks)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 
 from chongming_redis.errors import CorruptRecord
-from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores.codec import (
     Row,
     RowError,
@@ -52,15 +52,6 @@ def encode_entry(transition: Transition) -> bytes:
     if row["reason"] is not None:
         values.append(row["reason"])
     return bytes(msgpack.packb(values, use_bin_type=True))
-
-
-def choose_source(q: TaskQuery) -> tuple[str, str]:
-    """The index to walk: the most selective one the query names."""
-    if q.pipeline_run_id is not None:
-        return "p", q.pipeline_run_id
-    if q.tag is not None:
-        return "tag", q.tag
-    return "ix", ""
 
 
 def hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[str]]:

@@ -8,8 +8,10 @@ unless ``--allow-control``; then it prints the sign-in link with the token once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import socket
+import sys
 from typing import Annotated
 
 import typer
@@ -130,8 +132,14 @@ def serve(store: object, sock: socket.socket, *, namespace: str, store_url: str,
         if hosts == ["*"]:
             warning += "; any Host name is answered (--allowed-host NAME to restrict)"
         err.print(warning, highlight=False, soft_wrap=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=2)  # fmt: skip
+    # log_config=None: uvicorn's own logging set-up runs logging.config.dictConfig, which
+    # closes and re-creates every handler of the process (and once failed in CI releasing a
+    # handler lock it did not hold). Its warnings go to stderr through one plain handler.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dashboard: %(levelname)s %(message)s"))
+    logging.getLogger("uvicorn").addHandler(handler)
+    config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                            lifespan="on", timeout_graceful_shutdown=2)  # fmt: skip
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

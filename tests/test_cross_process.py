@@ -205,11 +205,12 @@ def test_concurrent_consumers_claim_every_command_exactly_once(
     # consumer gets work and all claim windows share a moment. SQLite hands its write lock over
     # unfairly (a waiting writer sleeps 1, 2, 5 ... 100 ms between tries and may miss every turn
     # of a drain this short), so there the proof is the interleaving itself: claims of
-    # different processes, ordered by time, hand over from one process to another many times.
+    # different processes, ordered by time, hand over from one process to another at least as
+    # many times as processes got work, so some process claimed both before and after another.
     working = {n: len(v) for n, v in claimed_by.items() if v}
     if backend.name == "sqlite":
         handoffs = sum(a[1] != b[1] for a, b in pairwise(sorted(moments)))
-        assert len(working) >= 2 and handoffs >= 10, (working, handoffs)
+        assert len(working) >= 2 and handoffs >= len(working), (working, handoffs)
     else:
         assert len(working) == CONSUMERS, working
         assert max(start for start, _ in windows) < min(end for _, end in windows)

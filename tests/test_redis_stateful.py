@@ -426,6 +426,13 @@ class StoreParity(RuleBasedStateMachine):
         command_id = _pick(pick, self.submitted, command_id)
         self.both("release_command", command_id, now=self.now())
 
+    @rule(outcome_=st.none() | texts)
+    def finish_a_command_never_submitted(self, outcome_: str | None) -> None:
+        """Both stores refuse a command that does not exist (``CommandNotFound``). Its own rule,
+        so every run reaches it instead of leaving it to the draw of ids above."""
+        self.both("complete_command", UNKNOWN_COMMAND, now=self.now(), outcome=outcome_)
+        self.both("release_command", UNKNOWN_COMMAND, now=self.now())
+
     @rule(micros=st.integers(0, 5_000_000) | st.integers(0, 120_000_000))
     def advance_clock(self, micros: int) -> None:
         self.clock_us += micros

@@ -44,6 +44,7 @@ from chongming_redis.stress import app as stress_app
 from chongming_redis.stress import checkers
 from chongming_redis.stress.fault_proxy import FaultProxy
 from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
+from chongming_redis.stress.producer import submit_until_known
 from chongming_redis.worker_processes import WorkerProcesses
 
 APP = "chongming_redis.stress.app:app"
@@ -233,16 +234,8 @@ def run(opts: Options) -> dict[str, Any]:
 
     def submit(task_id: str, params: dict[str, int]) -> None:
         submitted.append(task_id)
-        try:
-            driver.submit("step", params, task_id=task_id)
-        except StoreError as exc:
-            log({"op": "submit", "id": task_id, "outcome": "info", "error": str(exc)})
-            return
-        except Exception as exc:  # e.g. TaskAlreadyExists after a retried create
-            log({"op": "submit", "id": task_id, "outcome": "fail", "error": repr(exc)})
-            return
-        acked_tasks.append(task_id)
-        log({"op": "submit", "id": task_id, "outcome": "ok"})
+        if submit_until_known(driver, task_id, params, log):
+            acked_tasks.append(task_id)
 
     def submit_loop() -> None:
         window = opts.seconds * 0.85

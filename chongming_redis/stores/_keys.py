@@ -171,6 +171,13 @@ class Keys:
         name of the worker that holds a task."""
         return self.root + "nudge:" + topic
 
+    @property
+    def wait_barrier(self) -> str:
+        """The channel ``durability_replicas`` publishes to before each ``WAIT``
+        (``_redis_durability``); nobody subscribes. Under ``nudge:`` so the nudges' ACL
+        channel pattern covers it; ``!`` keeps it apart from any worker's name."""
+        return self.root + "nudge:!wait"
+
     def glob(self) -> str:
         """The ``SCAN MATCH`` pattern of every key of the namespace (glob-escaped)."""
         return _glob_escape(self.root) + "*"

@@ -19,12 +19,11 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
-from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
-from redis.retry import Retry
 
 from chongming_redis.errors import CorruptRecord, StoreClosed
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
@@ -32,6 +31,8 @@ from chongming_redis.stores import _common as check
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import TASK_FIELDS, Keys
+from chongming_redis.stores._redis_connect import connect
+from chongming_redis.stores._redis_durability import check_replicas, wait_rule, write_or_read
 from chongming_redis.stores._redis_extensions import RedisExtensions
 from chongming_redis.stores._redis_ops import QUERY_BUDGET, QUERY_PAGE
 from chongming_redis.stores._redis_rows import encode_entry, hash_changes, pairs, token
@@ -69,10 +70,16 @@ class RedisTaskStore(RedisExtensions):
         owns_client: bool = False,
         audit: bool = False,
         audit_owner: str | None = None,
+        durability_replicas: int = 0,
+        durability_timeout: float | None = None,
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisTaskStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
+        #: ``durability_replicas``: writes wait for replicas (``_redis_durability``)
+        self.wait_rule = wait_rule(durability_replicas, durability_timeout,
+                                   client.get_connection_kwargs().get("socket_timeout"),
+                                   self.keys.wait_barrier)  # fmt: skip
         self._client = client
         self._owns_client = owns_client
         self._closed = False
@@ -94,6 +101,8 @@ class RedisTaskStore(RedisExtensions):
             }
             if check_server:
                 check_server_settings(client)
+            if self.wait_rule is not None:
+                check_replicas(client, self.wait_rule)
 
     @classmethod
     def from_url(
@@ -107,25 +116,23 @@ class RedisTaskStore(RedisExtensions):
         check_server: bool = True,
         audit: bool = False,
         audit_owner: str | None = None,
+        durability_replicas: int = 0,
+        durability_timeout: float | None = None,
         **options: Any,
     ) -> RedisTaskStore:
-        """Connect to ``url`` (``redis://``, ``rediss://`` or ``unix://``).
+        """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``, or
+        ``redis+sentinel://host:port[,host:port...]/service[/db]``: the primary Sentinel names,
+        followed across failovers; ``_redis_sentinel``).
 
         A call fails with ``StoreUnavailable`` after at most about
         ``(retries + 1) * (socket_timeout + socket_connect_timeout)`` seconds, never hangs.
+        ``durability_replicas=N``: a write is acknowledged only once ``N`` replicas confirmed
+        it, within ``durability_timeout`` seconds (default: half the socket timeout), else it
+        raises ``StoreUnavailable`` (``_redis_durability``).
         """
         Keys(namespace)  # refuse a bad namespace before connecting
-        try:
-            client = redis.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_connect_timeout,
-                retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
-                decode_responses=False,
-                **options,
-            )
-        except ValueError as exc:
-            raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+        client = connect(url, socket_timeout=socket_timeout, retries=retries,
+                         socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
         return cls(
             client,
             namespace=namespace,
@@ -133,6 +140,8 @@ class RedisTaskStore(RedisExtensions):
             owns_client=True,
             audit=audit,
             audit_owner=audit_owner,
+            durability_replicas=durability_replicas,
+            durability_timeout=durability_timeout,
         )
 
     @property
@@ -332,7 +341,8 @@ class RedisTaskStore(RedisExtensions):
 
     def _request(self, request: ops.Request) -> Any:
         if isinstance(request, ops.Read):
-            return self._read(request.key, lambda c: getattr(c, request.method)(*request.args))
+            call = partial(write_or_read, self.wait_rule, request.method, request.args)
+            return self._read(request.key, call)
         return replies.check(request.call, self._eval(request.name, request.keys, request.args))
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any) -> list[Any]:
@@ -347,6 +357,8 @@ class RedisTaskStore(RedisExtensions):
         with ops.errors():
             if name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = self._evalsha_ro(script, keys, args)
+            elif self.wait_rule is not None and name not in READ_ONLY_SCRIPTS:
+                reply = self.wait_rule.evalsha(self._client, script, list(keys), list(args))
             else:
                 reply = script(keys=list(keys), args=list(args))
         reply[0] = _text(reply[0])

@@ -11,6 +11,9 @@ in a temporary directory, on a free loopback port, with the unix socket in that 
   commit is still written to the kernel before it is acknowledged (``synchronous_commit`` stays
   on), so a SIGKILL of every server process keeps every acknowledged commit; only a crash of the
   whole machine could lose one, and no test crashes the machine.
+* ``test_settings=False`` (the benchmarks): none of the test settings below, so the server runs
+  with what ``initdb`` wrote, the defaults a user gets (``fsync`` on, ``shared_buffers``
+  128MB, ``max_connections`` 100), plus only the ``settings`` given.
 * ``kill9()`` SIGKILLs the postmaster and every backend at once (they share a process group)
   and waits until all are gone; ``restart()`` starts a server again on the same data directory
   and port, which then recovers from its write-ahead log.
@@ -52,13 +55,15 @@ def _major(initdb: str) -> int:
 class PostgresProc:
     """One private PostgreSQL server, already running; ``dsn`` connects to it."""
 
-    def __init__(self, *, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *, settings: dict[str, str] | None = None, test_settings: bool = True
+    ) -> None:
         bin_dir = postgres_bin_dir()
         if bin_dir is None:
             raise RuntimeError("PostgreSQL is not installed (apt-get install -y postgresql)")
         self.bin_dir = bin_dir
         self.port = free_port()
-        self.settings = {**_TEST_SETTINGS, **(settings or {})}
+        self.settings = {**(_TEST_SETTINGS if test_settings else {}), **(settings or {})}
         self._user = _server_user()
         # /tmp rather than $TMPDIR: the postgres user must reach it (a TMPDIR under /root is
         # closed to it), and the socket's path must stay under the 107-byte limit.
@@ -154,7 +159,7 @@ class PostgresProc:
             "--auth=trust",
             "--encoding=UTF8",
             "--locale=C",
-            "--no-sync",  # see the module docstring: fsync is off in tests
+            "--no-sync",  # initdb's own files only (tests run with fsync off anyway)
         ]  # fmt: skip
         done = subprocess.run(
             args,

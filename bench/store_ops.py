@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
+from bench.drains import load_average
 from bench.store_calls import (
     OpsRow,
     cas_values,
@@ -137,11 +138,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         console.print(ratios_table(runs))
     console.print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
                   f"load average at end {load_average()}")  # fmt: skip
-
-
-def load_average() -> str:
-    """Other processes on the box skew every rate here."""
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

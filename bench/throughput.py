@@ -68,6 +68,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from bench.drains import Check, check_entries, code_under_test, load_average, percentile
 from chongming_redis.embedded import EmbeddedRedis
 from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.app import App
@@ -358,20 +359,6 @@ class Drain:
         return self.tasks / self.drain_seconds
 
 
-@dataclass
-class Check:
-    """What the histories say."""
-
-    checked: int = 0
-    bad: list[str] = field(default_factory=list)
-    started_by: Counter[str] = field(default_factory=Counter)
-    starts: int = 0
-
-    @property
-    def exactly_once(self) -> bool:
-        return self.checked > 0 and not self.bad
-
-
 def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
@@ -435,35 +422,9 @@ def histories(store: RedisTaskStore, task_ids: Sequence[str]) -> dict[str, list[
 
 
 def check_histories(store: RedisTaskStore, task_ids: Sequence[str]) -> tuple[Check, dict]:
-    """Exactly-once starts: per task, versions 1..k without gaps, one ``PENDING -> RUNNING``
-    per attempt (attempts = 1 + hand-backs/retries to PENDING), final entry SUCCEEDED."""
-    check = Check()
+    """Every task's history (``histories``), checked for exactly-once starts (``check_entries``)."""
     found = histories(store, task_ids)
-    for task_id in task_ids:
-        entries = found[task_id]
-        check.checked += 1
-        versions = [e.version for e in entries]
-        starts = [e for e in entries if e.to_status is TaskStatus.RUNNING
-                  and e.from_status is TaskStatus.PENDING]  # fmt: skip
-        attempts = 1 + sum(
-            1 for e in entries if e.to_status is TaskStatus.PENDING and e.from_status is not None
-        )
-        check.starts += len(starts)
-        for entry in starts:
-            reason = entry.reason or ""
-            check.started_by[reason.split("started by ", 1)[-1].split(" ", 1)[0]] += 1
-        problem = None
-        if versions != list(range(1, len(versions) + 1)):
-            problem = f"versions {versions}"
-        elif len(starts) != attempts:
-            problem = f"{len(starts)} starts for {attempts} attempt(s)"
-        elif attempts != 1:
-            problem = f"{attempts} attempts"
-        elif not entries or entries[-1].to_status is not TaskStatus.SUCCEEDED:
-            problem = f"ends {entries[-1].to_status if entries else 'empty'}"
-        if problem is not None:
-            check.bad.append(f"{task_id}: {problem}")
-    return check, found
+    return check_entries(found, task_ids), found
 
 
 def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
@@ -567,11 +528,6 @@ def run_latency(
             to_end.append((entries[TaskStatus.SUCCEEDED] - snapshot.created_at).total_seconds())
     store.close()
     return to_start, to_end, check
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
 # -- reporting ----------------------------------------------------------------------------------
@@ -772,37 +728,6 @@ def main() -> None:
                   f"redis-py {redis.__version__}, {os.cpu_count()} cores, load average at end "
                   f"{load_average()}; code under test: {code_under_test()}")  # fmt: skip
     shutil.rmtree(tmp, ignore_errors=True)
-
-
-def load_average() -> str:
-    """Other processes on the box skew every rate here (the CPU per task much less)."""
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def code_under_test() -> str:
-    """The commit of the checkout the workers import, and whether the package is modified."""
-    import chongming_redis
-
-    package = Path(chongming_redis.__file__).resolve().parent
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=package,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", str(package), str(package.parent / "lua")],
-            cwd=package,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split("\n")
-    except (OSError, subprocess.CalledProcessError):
-        return f"{package} (not a git checkout)"
-    changed = [line[3:] for line in dirty if line.strip()]
-    return f"{commit}" + (f" + uncommitted changes in {', '.join(changed)}" if changed else "")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,260 @@
+"""End-to-end throughput of no-op tasks on every built-in store, through real worker processes,
+measured in one run.
+
+    .venv/bin/python -m bench.store_throughput                  # 10,000 tasks per drain
+    .venv/bin/python -m bench.store_throughput --quick          # 1,500 tasks, shorter phases
+    .venv/bin/python -m bench.store_throughput --stores sqlite,postgres --tasks 200
+
+The stores (``--stores``, default all of them): Redis with AOF off and with ``appendfsync
+always`` (private redis-servers on free loopback ports), SQLite with its defaults (WAL,
+``synchronous=FULL``; a new file per drain in a temporary directory), PostgreSQL with the
+distribution's defaults (a private server: ``initdb`` in a temporary directory, ``fsync`` on;
+a new schema per drain), and tuned beside them: SQLite with ``synchronous=NORMAL``
+(``sqlite-normal``), PostgreSQL with ``synchronous_commit=off`` (``postgres-async``, set in the
+URL). For 1 and then 2 worker processes, store after store (so every store sees the machine at
+about the same time):
+
+1. submits N no-op tasks through ``Controller.submit`` one by one (the submit rate), starts the
+   worker processes (``python -m bench.store_worker``: the CLI worker's path — ``open_store``,
+   ``ControllerConfig()``'s defaults with ``polling_for`` the store, 64 buckets, ``join_pool``
+   with a 5 s lease, ``start``), waits until their bucket pool has settled, releases them all at
+   once and measures the drain: from that release until ``counts()[SUCCEEDED] == N``;
+2. checks every task's history: exactly one ``PENDING -> RUNNING``, ending ``SUCCEEDED``;
+3. submit -> start latency with idle workers: tasks submitted at a steady rate (``--rate``,
+   50/s) to workers already waiting; latency = the ``RUNNING`` history entry's time minus the
+   task's ``created_at``; p50 / p99 / max.
+
+The workers log no task lines (``chongming-redis worker`` logs two per task at INFO; see
+docs/performance.md for their cost), as in ``bench.throughput``, which breaks a Redis drain
+down into its costs. No assertions: it reports, the docs record (docs/store-guide.md §10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.drains import Check, check_entries, code_under_test, load_average
+from bench.store_reports import drain_table, latency_table
+from bench.store_worker import NUM_BUCKETS, Pool, app
+from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.model import TaskStatus
+from chongming_redis.runtime.buckets import BucketPolicy
+from chongming_redis.runtime.controller import Controller
+from chongming_redis.stores.urls import open_store_url
+
+STORES = ("redis", "redis-aof", "sqlite", "sqlite-normal", "postgres", "postgres-async")
+LABELS = {
+    "redis": "Redis, AOF off",
+    "redis-aof": "Redis, appendfsync always",
+    "sqlite": "SQLite (synchronous=FULL)",
+    "sqlite-normal": "SQLite, synchronous=NORMAL",
+    "postgres": "PostgreSQL (fsync on)",
+    "postgres-async": "PostgreSQL, synchronous_commit=off",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One store to drain on: ``url()`` for a fresh namespace (or file) per run."""
+
+    name: str  # one of STORES
+    base: str  # a server's URL, or the directory of the SQLite files
+    extra: tuple[str, ...] = ()  # worker arguments
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.name]
+
+    def url(self, run: str) -> tuple[str, str]:
+        """``(url, namespace)`` of a new, empty store for ``run``."""
+        if self.name.startswith("sqlite"):
+            return f"sqlite://{Path(self.base) / run}.sqlite3", "default"
+        return self.base, run
+
+    def open(self, url: str, namespace: str) -> Any:
+        if self.name == "sqlite-normal":
+            from chongming_redis.stores.sqlite import SqliteTaskStore
+
+            return SqliteTaskStore(url.removeprefix("sqlite://"), synchronous="NORMAL")
+        redis = {"check_server": False} if self.name.startswith("redis") else None
+        return open_store_url(url, namespace=namespace, redis_options=redis)
+
+
+@dataclass
+class Drain:
+    target: Target
+    workers: int
+    tasks: int
+    submit_seconds: float
+    drain_seconds: float
+    python_cpu: float
+    check: Check
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.drain_seconds
+
+
+@dataclass
+class Latency:
+    target: Target
+    workers: int
+    to_start: list[float]
+    check: Check
+
+
+@contextmanager
+def targets(names: Sequence[str], tmp: Path) -> Iterator[list[Target]]:
+    """The stores to measure, their servers started (and stopped at the end)."""
+    with ExitStack() as stack:
+        found: list[Target] = []
+        pg_dsn = None
+        for name in names:
+            if name == "redis":
+                server = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()
+                stack.callback(server.stop)
+                found.append(Target(name, server.url))
+            elif name == "redis-aof":  # EmbeddedRedis' default: appendfsync always
+                server = EmbeddedRedis(port=0).start()
+                stack.callback(server.stop)
+                found.append(Target(name, server.url))
+            elif name.startswith("sqlite"):
+                extra = ("--synchronous=NORMAL",) if name == "sqlite-normal" else ()
+                found.append(Target(name, str(tmp), extra))
+            else:
+                if pg_dsn is None:
+                    from bench.store_ops_sql import postgres_server
+
+                    pg_dsn = stack.enter_context(postgres_server()).dsn
+                async_commit = "?options=-c%20synchronous_commit%3Doff"
+                found.append(Target(name, pg_dsn + (async_commit if "async" in name else "")))
+        yield found
+
+
+def submitter(store: Any, run: str) -> Controller:
+    return Controller(store, app=app, owner=f"submitter-{run}", buckets=BucketPolicy(NUM_BUCKETS))
+
+
+def run_drain(target: Target, workers: int, n: int, tmp: Path, run: str) -> Drain:
+    url, namespace = target.url(run)
+    store = target.open(url, namespace)
+    try:
+        controller = submitter(store, run)
+        started = time.perf_counter()
+        task_ids = [controller.submit("noop") for _ in range(n)]
+        submit_seconds = time.perf_counter() - started
+        with Pool(url, namespace, workers, tmp, target.extra) as pool:
+            pool.release()
+            drain_seconds = wait_succeeded(store, n, timeout=max(120.0, n / 20))
+            cpu = pool.stop()
+        check = check_entries({t: store.history(t) for t in task_ids}, task_ids)
+    finally:
+        close(target, store)
+    return Drain(target, workers, n, submit_seconds, drain_seconds, cpu, check)
+
+
+def run_latency(
+    target: Target, workers: int, rate: float, seconds: float, tmp: Path, run: str
+) -> Latency:
+    """Submit at ``rate``/s for ``seconds`` to idle-waiting workers; per task the seconds
+    from ``created_at`` to its ``RUNNING`` entry."""
+    url, namespace = target.url(run)
+    store = target.open(url, namespace)
+    n = max(1, round(rate * seconds))
+    try:
+        controller = submitter(store, run)
+        with Pool(url, namespace, workers, tmp, target.extra) as pool:
+            pool.release()
+            time.sleep(0.5)  # let them start and go idle
+            began = time.perf_counter()
+            task_ids = []
+            for i in range(n):
+                pause = began + i / rate - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                task_ids.append(controller.submit("noop"))
+            wait_succeeded(store, n, timeout=60)
+            pool.stop()
+        found = {t: store.history(t) for t in task_ids}
+        to_start = []
+        for task_id in task_ids:
+            snapshot = store.get(task_id)
+            running = [e.at for e in found[task_id] if e.to_status is TaskStatus.RUNNING]
+            if snapshot is not None and running:
+                to_start.append((running[0] - snapshot.created_at).total_seconds())
+    finally:
+        close(target, store)
+    return Latency(target, workers, to_start, check_entries(found, task_ids))
+
+
+def wait_succeeded(store: Any, n: int, timeout: float) -> float:
+    """Seconds until ``n`` tasks SUCCEEDED (``counts`` polled every 5 ms)."""
+    started = time.perf_counter()
+    while store.counts()[TaskStatus.SUCCEEDED] < n:
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError(f"not drained within {timeout:.0f}s: {store.counts()}")
+        time.sleep(0.005)
+    return time.perf_counter() - started
+
+
+def close(target: Target, store: Any) -> None:
+    """Close the driver's store; a PostgreSQL run's schema is dropped (the next run has its
+    own, and the server's tables stay small)."""
+    try:
+        if target.name.startswith("postgres"):
+            store.drop_schema()
+    finally:
+        store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=10_000, help="tasks per drain")
+    parser.add_argument("--quick", action="store_true", help="1,500 tasks, shorter phases")
+    parser.add_argument("--stores", default=",".join(STORES),
+                        help=f"comma-separated, of {', '.join(STORES)}")  # fmt: skip
+    parser.add_argument("--rate", type=float, default=50.0, help="submits/s, latency phase")
+    parser.add_argument("--latency-seconds", type=float, help="default 10 (quick: 3)")
+    options = parser.parse_args(argv)
+    names = [s.strip() for s in options.stores.split(",") if s.strip()]
+    if not names or set(names) - set(STORES):
+        parser.error(f"--stores: one or more of {', '.join(STORES)}, not {options.stores!r}")
+    n = 1_500 if options.quick else options.tasks
+    seconds = options.latency_seconds or (3.0 if options.quick else 10.0)
+    console = Console(width=max(150, Console().width))
+    console.print(f"load average at start: {load_average()}")
+    console.print(f"{n:,} no-op tasks per drain; the workers are the CLI's defaults on each "
+                  f"store ({NUM_BUCKETS} buckets, polls as `polling_for` sets them)")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="chongming-bench-stores-") as tmp_name:
+        tmp = Path(tmp_name)
+        with targets(names, tmp) as stores:
+            if n >= 1000:  # warm-up, not reported: first connections, caches, schema creation
+                for target in stores:
+                    run_drain(target, 1, 200, tmp, f"{target.name}-warmup")
+            drains = [run_drain(target, w, n, tmp, f"{target.name}-tp-{w}p")
+                      for w in (1, 2) for target in stores]  # fmt: skip
+            console.print(drain_table(drains))
+            for d in drains:
+                for line in d.check.bad[:5]:
+                    console.print(f"[red]{d.target.label}, {d.workers} proc: {line}")
+            latencies = [run_latency(target, w, options.rate, seconds, tmp,
+                                     f"{target.name}-lat-{w}p")
+                         for w in (1, 2) for target in stores]  # fmt: skip
+            console.print(latency_table(latencies, options.rate, seconds))
+    console.print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average at "
+                  f"end {load_average()}; code under test: {code_under_test()}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

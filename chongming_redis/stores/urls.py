@@ -5,7 +5,7 @@ namespace (the unit of isolation on Redis) becomes on each.
 URL                                store                                         the namespace
 =================================  ============================================  ==============
 ``redis://``, ``rediss://``,       ``RedisTaskStore.from_url(url, namespace=NS)``  the keys'
-``unix://``                                                                      prefix
+``unix://``, ``redis+sentinel://``                                               prefix
 ``sqlite:///abs/path``,            ``SqliteTaskStore(path)``                     the file: only
 ``sqlite:relative/path``                                                         ``default``
 ``postgresql://``, ``postgres://`` ``PostgresTaskStore(url, schema=NS)``         the schema
@@ -23,6 +23,10 @@ PostgreSQL: the URL goes to libpq as given (its query parameters too: ``sslmode`
 ``connect_timeout``...); the namespace is the schema, so two namespaces on one database are two
 schemas, as they are two key prefixes on one Redis. A ``schema`` query parameter is refused
 (the namespace says it).
+
+Redis through Sentinel: ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
+names the Sentinels, the monitored service and the database; the store follows the primary
+across failovers (``stores/_redis_sentinel.py``).
 
 Each store's module is imported only when its URL is opened: a Redis user never imports
 ``sqlite3`` or psycopg. A bad URL raises ``StoreUrlError`` (a ``ValueError``) before anything
@@ -47,6 +51,7 @@ _KINDS: dict[str, StoreKind] = {
     "redis": "redis",
     "rediss": "redis",
     "unix": "redis",
+    "redis+sentinel": "redis",
     "sqlite": "sqlite",
     "postgresql": "postgresql",
     "postgres": "postgresql",
@@ -56,7 +61,10 @@ _MODULES: dict[StoreKind, str] = {
     "sqlite": "chongming_redis.stores.sqlite",
     "postgresql": "chongming_redis.stores.postgres",
 }
-FORMS = "redis://, rediss://, unix://, sqlite:///abs/path, sqlite:relative/path, postgresql://"
+FORMS = (
+    "redis://, rediss://, unix://, redis+sentinel://, sqlite:///abs/path, "
+    "sqlite:relative/path, postgresql://"
+)
 _MEMORY = ":memory:"
 
 
@@ -116,6 +124,13 @@ def parse_store_url(url: object) -> StoreUrl:
         raise StoreUrlError(f"unknown store URL {shown_url(url)!r}: expected {FORMS}")
     if kind == "sqlite":
         return StoreUrl("sqlite", url, _sqlite_path(url))
+    if scheme == "redis+sentinel":
+        from chongming_redis.stores._redis_sentinel import parse_sentinel_url
+
+        try:
+            parse_sentinel_url(url)
+        except ValueError as exc:
+            raise StoreUrlError(f"{shown_url(url)!r}: {exc}") from None
     if kind == "postgresql" and any(k == "schema" for k, _ in parse_qsl(urlsplit(url).query)):
         raise StoreUrlError(f"{shown_url(url)!r}: the schema is the namespace, not a URL "
                             "parameter: give the namespace instead")  # fmt: skip
@@ -180,6 +195,12 @@ def _open_sqlite(path: str, *, must_exist: bool) -> TaskStore:
 
 def shown_url(url: str) -> str:
     """``url`` with its password replaced by ``***``, for messages."""
+    if url.partition(":")[0].lower() == "redis+sentinel":  # several hosts: no single port
+        head, sep, rest = url.partition("://")
+        userinfo, at, _ = rest.partition("/")[0].rpartition("@")
+        if not at or ":" not in userinfo:
+            return url
+        return f"{head}{sep}{userinfo.partition(':')[0]}:***@{rest[len(userinfo) + 1 :]}"
     try:
         parts = urlsplit(url)
         if parts.password is None:

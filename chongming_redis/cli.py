@@ -21,6 +21,7 @@ import typer
 from chongming_redis import cli_control, cli_dashboard, cli_read
 from chongming_redis.cli_common import (
     BucketsOpt,
+    DurabilityOpt,
     MaxAttemptsOpt,
     NamespaceOpt,
     RedisOpt,
@@ -102,6 +103,7 @@ def worker(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
     concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
     prefetch: Annotated[
         int, typer.Option(help="at most this many started tasks wait for a slot (0: none)")
@@ -144,6 +146,9 @@ def worker(
         port = check_metrics_port(metrics_port)
         if redis or store_url:  # a bad URL: one line here, not one per worker process
             store_target(redis, store_url, namespace)
+        elif durability_replicas:
+            raise UserError("--durability-replicas needs --redis: a private Redis has no "
+                            "replicas")  # fmt: skip
         parent = processes > 1 or not (redis or store_url)
         # Before the app is imported: it may import prometheus_client (metrics/shared.py).
         with metrics_shared(port > 0 and parent) as metrics_dir:
@@ -156,7 +161,8 @@ def worker(
             options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
                                     worker_lease, grace, retry=retry, log_level=level,
                                     metrics_host=metrics_host, metrics_port=port,
-                                    metrics_dir=metrics_dir, store_url=store_url)  # fmt: skip
+                                    metrics_dir=metrics_dir, store_url=store_url,
+                                    durability_replicas=durability_replicas)  # fmt: skip
             configure_logging(level)
             if parent:
                 run_workers(options, processes)
@@ -181,6 +187,7 @@ def submit(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
     num_buckets: Annotated[
         int | None,
         typer.Option("--num-buckets", help="the namespace's bucket count (default: recorded)"),
@@ -200,7 +207,8 @@ def submit(
         from chongming_redis.client import Client
 
         task_app = load_app(app_spec)  # a bad APP: nothing opened, no SQLite file created
-        store = open_store(redis, namespace, store_url=store_url, create=True)
+        store = open_store(redis, namespace, store_url=store_url, create=True,
+                           durability_replicas=durability_replicas)  # fmt: skip
         buckets = _namespace_buckets(store, namespace, num_buckets)
         client = Client(store, app=task_app, num_buckets=buckets, name=_cli_owner(),
                         owns_store=True)  # fmt: skip
@@ -241,12 +249,14 @@ def changes(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """The change feed as JSON lines: one per item, then {"next_cursor": ...} per page."""
     from chongming_redis.feed.follow import stream
 
     with user_errors():
-        store = open_store(redis, namespace, store_url=store_url)
+        store = open_store(redis, namespace, store_url=store_url,
+                           durability_replicas=durability_replicas)  # fmt: skip
         try:
             stream(store, after=after, limit=limit, follow=follow, interval=interval,
                    write=lambda line: print(line, flush=True))  # fmt: skip
@@ -263,12 +273,14 @@ def prune(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """Drop the oldest terminal tasks beyond --keep, with their history."""
     with user_errors():
         if keep < 0:
             raise UserError(f"--keep must be at least 0, not {keep}")
-        store = open_store(redis, namespace, store_url=store_url)
+        store = open_store(redis, namespace, store_url=store_url,
+                           durability_replicas=durability_replicas)  # fmt: skip
         terminal = sum(n for s, n in store.counts().items() if s.is_terminal)
         to_drop = max(0, terminal - keep)
         dropped = 0

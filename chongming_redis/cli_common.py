@@ -37,6 +37,8 @@ UNLIMITED = 100_000
 #: Where ``--store`` is read from when not given.
 STORE_ENV = "CHONGMING_STORE_URL"
 REDIS_ENV = "CHONGMING_REDIS_URL"
+#: Where ``--durability-replicas`` is read from when not given.
+DURABILITY_ENV = "CHONGMING_DURABILITY_REPLICAS"
 
 
 def _one_store(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -73,6 +75,21 @@ StoreOpt = Annotated[
                  help="any store's URL instead of --redis: redis://..., sqlite:///abs/path "
                       "(or sqlite:relative/path), postgresql://... (the namespace is its "
                       "schema)"),
+]  # fmt: skip
+
+
+def _replica_count(value: int) -> int:
+    if value < 0:
+        raise typer.BadParameter(f"must be 0 or more, not {value}")
+    return value
+
+
+DurabilityOpt = Annotated[
+    int,
+    typer.Option("--durability-replicas", envvar=DURABILITY_ENV, metavar="N",
+                 callback=_replica_count,
+                 help="Redis: a write counts as done only once N replicas confirmed it (WAIT), "
+                      "else it fails as the store being unavailable (0: do not wait)"),
 ]  # fmt: skip
 NamespaceOpt = Annotated[
     str, typer.Option("--namespace", envvar="CHONGMING_NAMESPACE", help="store namespace")
@@ -135,18 +152,26 @@ def open_store(
     store_url: str | None = None,
     check_server: bool = True,
     create: bool = False,
+    durability_replicas: int = 0,
 ) -> Any:
     """The namespace's store, from ``--redis`` or ``--store`` (``_one_store`` leaves at most
     one of them); fails with one line when the URL is bad or the server cannot be reached.
     ``check_server``: warn (once per process) about Redis settings that can lose data; the
     read commands skip it, so the warning is not repeated on every ``tasks`` and ``show``.
     ``create``: a SQLite file that is not there yet is created (a worker, a submit); else it is
-    refused, so a mistyped path reads as an error, not as an empty database."""
+    refused, so a mistyped path reads as an error, not as an empty database.
+    ``durability_replicas`` (``--durability-replicas``, Redis only): writes wait for that
+    many replicas (``RedisTaskStore``)."""
     from chongming_redis.stores.urls import open_store_url
 
     url = store_target(redis_url, store_url, namespace)
     options: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 2, "retries": 1,
                "check_server": check_server, "audit": os.environ.get(AUDIT_ENV) == "1"}  # fmt: skip
+    if durability_replicas:
+        if parse_kind(url) not in (None, "redis"):
+            raise UserError("--durability-replicas is for Redis (replicas WAIT counts); "
+                            f"{shown_url(url)!r} is not a Redis URL")  # fmt: skip
+        options["durability_replicas"] = durability_replicas
     if parse_kind(url) == "postgresql":
         # psycopg's pool logs every failed reconnection attempt (a warning each, with a second
         # line): the CLI says an outage once (a command's error line, a worker's outage log).

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from chongming_redis.cli_common import (
+    DurabilityOpt,
     JsonOpt,
     NamespaceOpt,
     RedisOpt,
@@ -42,11 +43,15 @@ TimeoutOpt = Annotated[
 ]
 
 
-def open_client(redis_url: str | None, namespace: str, store_url: str | None) -> Client:
+def open_client(
+    redis_url: str | None, namespace: str, store_url: str | None, durability_replicas: int = 0
+) -> Client:
     from chongming_redis.client import Client
 
     name = f"cli-{os.uname().nodename}-{os.getpid()}"
-    return Client(open_store(redis_url, namespace, store_url=store_url), name=name, owns_store=True)
+    store = open_store(redis_url, namespace, store_url=store_url,
+                       durability_replicas=durability_replicas)  # fmt: skip
+    return Client(store, name=name, owns_store=True)
 
 
 # -- stop / pause / resume ---------------------------------------------------------------------
@@ -73,11 +78,12 @@ def control_command(action: str) -> Callable[..., None]:
         redis: RedisOpt = None,
         store_url: StoreOpt = None,
         namespace: NamespaceOpt = "default",
+        durability_replicas: DurabilityOpt = 0,
     ) -> None:
         with user_errors():
             from chongming_redis.client import CommandTimeout
 
-            client = open_client(redis, namespace, store_url)
+            client = open_client(redis, namespace, store_url, durability_replicas)
             began = time.monotonic()
             try:
                 outcome = getattr(client, action)(task_id, wait=wait, timeout=timeout)
@@ -145,6 +151,7 @@ def retry(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """Give a FAILED, STOPPED or LOST task a new attempt (PENDING now, any worker runs it).
 
@@ -153,7 +160,7 @@ def retry(
     with user_errors():
         from chongming_redis.client import TaskNotFound
 
-        client = open_client(redis, namespace, store_url)
+        client = open_client(redis, namespace, store_url, durability_replicas)
         try:
             client.retry(task_id)
             snapshot = client.get(task_id)
@@ -174,6 +181,7 @@ def result(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """Print a finished task's result as JSON; exit 3 if it ended without one.
 
@@ -183,7 +191,8 @@ def result(
     """
     with user_errors():
         waited = _wait_all([task_id], (redis, store_url), namespace, timeout=0.0,
-                           json_out=True, bar=False)  # fmt: skip
+                           json_out=True, bar=False,
+                           durability_replicas=durability_replicas)  # fmt: skip
     raise typer.Exit(waited)
 
 
@@ -196,6 +205,7 @@ def wait(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """Wait until the tasks finish; print one line per task with its outcome and result.
 
@@ -206,16 +216,18 @@ def wait(
     """
     with user_errors():
         status = _wait_all(task_ids, (redis, store_url), namespace, timeout=timeout,
-                           json_out=json_out, bar=len(task_ids) > 1)  # fmt: skip
+                           json_out=json_out, bar=len(task_ids) > 1,
+                           durability_replicas=durability_replicas)  # fmt: skip
     raise typer.Exit(status)
 
 
 def _wait_all(task_ids: list[str], urls: tuple[str | None, str | None], namespace: str, *,
-              timeout: float | None, json_out: bool, bar: bool) -> int:  # fmt: skip
+              timeout: float | None, json_out: bool, bar: bool,
+              durability_replicas: int = 0) -> int:  # fmt: skip
     """Wait for each task in turn (one shared deadline); the exit status."""
     from chongming_redis.client import TaskNotFinished, TaskNotFound
 
-    client = open_client(urls[0], namespace, urls[1])
+    client = open_client(urls[0], namespace, urls[1], durability_replicas)
     missing = [task_id for task_id in task_ids if client.get(task_id) is None]
     if missing:  # refused before waiting for the others: no half-written report
         client.close()

@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from chongming_redis.cli_common import (
+    DurabilityOpt,
     JsonOpt,
     MaxAttemptsOpt,
     NamespaceOpt,
@@ -76,6 +77,7 @@ def tasks(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """List tasks: id, name, status, progress, attempt, bucket, created, holder."""
     with user_errors():
@@ -87,7 +89,8 @@ def tasks(
             buckets=frozenset(bucket) if bucket else None, pipeline_run_id=pipeline,
             newest_first=newest_first,
         )  # fmt: skip
-        store = open_store(redis, namespace, store_url=store_url, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False,
+                           durability_replicas=durability_replicas)  # fmt: skip
         found = store.query(query)
         if as_json:
             from chongming_redis.cli_json import task_json
@@ -115,10 +118,12 @@ def show(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """One task: its fields, its failure's traceback, and its history as a timeline."""
     with user_errors():
-        store = open_store(redis, namespace, store_url=store_url, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False,
+                           durability_replicas=durability_replicas)  # fmt: skip
         snapshot = store.get(task_id)
         if snapshot is None:
             empty = sum(store.counts().values()) == 0
@@ -142,10 +147,12 @@ def stats(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """Counts per status and per bucket, the workers and their buckets."""
     with user_errors():
-        store = open_store(redis, namespace, store_url=store_url, check_server=False)
+        store = open_store(redis, namespace, store_url=store_url, check_server=False,
+                           durability_replicas=durability_replicas)  # fmt: skip
         counts = store.counts()
         per_bucket = store.bucket_counts()
         workers, owners = store.pool_state()
@@ -177,6 +184,7 @@ def reconcile(
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
 ) -> None:
     """Mark tasks whose lease expired LOST (and queue retries) once; say what was done.
 
@@ -186,7 +194,8 @@ def reconcile(
 
     with user_errors():
         retry = retry_policy(max_attempts, retry_backoff)
-        store = open_store(redis, namespace, store_url=store_url)
+        store = open_store(redis, namespace, store_url=store_url,
+                           durability_replicas=durability_replicas)  # fmt: skip
         report = Controller(store, owner=_cli_owner(), retry=retry).reconcile()
         if as_json:
             from chongming_redis.cli_json import reconcile_json

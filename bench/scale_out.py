@@ -42,16 +42,26 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 from rich.console import Console
-from rich.table import Table
 
 from bench.scale_out_client import Shard, drainer, shard_buckets, split, submitter
-from bench.scale_out_reads import ReadCost, measure_reads
+from bench.scale_out_feed import RelayRun
+from bench.scale_out_reads import measure_reads
+from bench.scale_out_report import (
+    Master,
+    Round,
+    Sample,
+    calibration,
+    feed_table,
+    master_table,
+    reads_table,
+    round_table,
+    sample,
+)
 from bench.throughput import check_histories, code_under_test, load_average
 from chongming_redis.embedded import EmbeddedRedis
 from chongming_redis.model import TaskStatus
@@ -60,75 +70,11 @@ NUM_BUCKETS = 64
 CONTEXT = multiprocessing.get_context("fork")  # the clients need no fresh interpreter
 
 
-@dataclass
-class Master:
-    """One master's part of one round."""
-
-    index: int
-    buckets: int
-    tasks: int = 0
-    submit_cpu: float = 0.0  # seconds of redis-server CPU during the submit phase
-    drain_cpu: float = 0.0
-    submit_calls: int = 0  # EVALSHA calls (commandstats)
-    drain_calls: int = 0
-    sys_cpu: float = 0.0  # of submit_cpu + drain_cpu, the kernel's part (used_cpu_sys)
-
-    def us(self, seconds: float) -> float:
-        return seconds / max(1, self.tasks) * 1e6
-
-
-@dataclass
-class Round:
-    masters: int
-    tasks: int
-    submit_seconds: float
-    drain_seconds: float
-    client_cpu_submit: float  # seconds of the submitters' own CPU
-    client_cpu_drain: float
-    drain_calls: int
-    per_master: list[Master] = field(default_factory=list)
-    exactly_once: bool = False
-    bad: list[str] = field(default_factory=list)
-    reads: ReadCost | None = None
-
-    @property
-    def drain_rate(self) -> float:
-        return self.tasks / self.drain_seconds
-
-    @property
-    def submit_rate(self) -> float:
-        return self.tasks / self.submit_seconds
-
-    def redis_us(self, phase: str) -> float:
-        """Redis CPU per task over all masters, for ``submit``, ``drain`` or ``total``."""
-        cpu = sum(m.submit_cpu if phase == "submit" else m.drain_cpu for m in self.per_master)
-        if phase == "total":
-            cpu = sum(m.submit_cpu + m.drain_cpu for m in self.per_master)
-        return cpu / self.tasks * 1e6
-
-    def balance(self) -> float:
-        """Busiest master's CPU over the idlest's (1.00 = even)."""
-        cpus = [m.submit_cpu + m.drain_cpu for m in self.per_master]
-        return max(cpus) / max(1e-9, min(cpus))
-
-
-def redis_cpu(client: redis.Redis) -> tuple[float, float]:
-    """(user + sys, sys) seconds of CPU the server has used."""
-    info = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"]), float(info["used_cpu_sys"])
-
-
-def evalsha_calls(client: redis.Redis) -> int:
-    stats = client.info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items() if k.startswith("cmdstat_evalsha"))
-
-
 def run_phase(
     clients: Sequence[redis.Redis], starts: list[tuple[Callable[..., None], tuple[Any, ...]]]
-) -> tuple[float, list[tuple[float, float]], list[int], list[dict[str, Any]]]:
+) -> tuple[float, list[Sample], list[dict[str, Any]]]:
     """Start the processes, wait until all are connected, then release them together and wait
-    for their reports: (wall seconds, Redis CPU (total, sys) per master, EVALSHA calls per
-    master, reports)."""
+    for their reports: (wall seconds, each master's work over the phase, reports)."""
     ready, results, go = CONTEXT.Queue(), CONTEXT.Queue(), CONTEXT.Event()
     procs = [CONTEXT.Process(target=target, args=(*args, ready, go, results))
              for target, args in starts]  # fmt: skip
@@ -136,27 +82,26 @@ def run_phase(
         proc.start()
     for _ in procs:
         ready.get(timeout=60)
-    before = [redis_cpu(c) for c in clients]
-    calls = [evalsha_calls(c) for c in clients]
+    before = [sample(c) for c in clients]
     started = time.perf_counter()
     go.set()
     reports = [results.get(timeout=600) for _ in procs]
     seconds = time.perf_counter() - started
-    after = [redis_cpu(c) for c in clients]
-    cpu = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before)]
-    calls = [evalsha_calls(c) - before for c, before in zip(clients, calls)]
+    work = [sample(c) - b for c, b in zip(clients, before)]
     for proc in procs:
         proc.join(30)
     failed = [p.exitcode for p in procs if p.exitcode != 0]
     if failed:
         raise RuntimeError(f"client processes failed: exit codes {failed}")
-    return seconds, cpu, calls, reports
+    return seconds, work, reports
 
 
 def run_round(
     servers: Sequence[EmbeddedRedis], masters: int, tasks: int, options: argparse.Namespace,
-    *, check: bool = True, reads: bool = True,
+    *, check: bool = True, reads: bool = True, directory: EmbeddedRedis | None = None,
 ) -> Round:  # fmt: skip
+    """One round on ``masters`` shards; with a ``directory`` server, a relay keeps the global
+    change feed there during the whole round (``bench/scale_out_feed.py``)."""
     namespace = f"so{masters}-{secrets.token_hex(3)}"
     shards = [
         Shard(k, servers[k].url, f"{namespace}.s{k}", buckets)
@@ -168,14 +113,17 @@ def run_round(
              for i in range(options.submitters)]  # fmt: skip
     submit = [(submitter, (f"submit-{i}", shards, NUM_BUCKETS, n, options.submit_batch))
               for i, n in enumerate(share)]  # fmt: skip
-    submit_seconds, cpu, calls, reports = run_phase(clients, submit)
+    relay = None
+    if directory is not None:
+        relay = RelayRun(CONTEXT, shards, directory.client(), directory.url)
+        relay.start()
+    submit_seconds, work, reports = run_phase(clients, submit)
     ids: list[list[str]] = [[] for _ in shards]
     for report in reports:
         for k, shard_ids in enumerate(report["ids"]):
             ids[k].extend(shard_ids)
     for m in per_master:
-        (m.submit_cpu, m.sys_cpu), m.submit_calls = cpu[m.index], calls[m.index]
-        m.tasks = len(ids[m.index])
+        m.submit, m.tasks = work[m.index], len(ids[m.index])
     client_submit = sum(r["cpu"] for r in reports)
 
     drain = [
@@ -183,16 +131,17 @@ def run_round(
         for s in shards
         for j, mine in enumerate(split(s.buckets, options.drainers))
     ]
-    drain_seconds, cpu, calls, reports = run_phase(clients, drain)
+    drain_seconds, work, reports = run_phase(clients, drain)
     for m in per_master:
-        m.drain_cpu, m.drain_calls = cpu[m.index][0], calls[m.index]
-        m.sys_cpu += cpu[m.index][1]
+        m.drain = work[m.index]
     result = Round(
         masters=masters, tasks=tasks, submit_seconds=submit_seconds,
         drain_seconds=drain_seconds, client_cpu_submit=client_submit,
         client_cpu_drain=sum(r["cpu"] for r in reports),
         drain_calls=sum(r["calls"] for r in reports), per_master=per_master,
     )  # fmt: skip
+    if relay is not None:
+        result.feed = relay.finish(tasks)
     stores = [s.store() for s in shards]
     try:
         succeeded = sum(store.counts()[TaskStatus.SUCCEEDED] for store in stores)
@@ -211,90 +160,12 @@ def run_round(
     return result
 
 
-# -- reporting ----------------------------------------------------------------------------------
-
-
-def master_table(rounds: Sequence[Round]) -> Table:
-    table = Table(title="per master: the tasks it held and its Redis CPU per task (AOF off)")
-    for column in ("masters", "master", "buckets", "tasks", "share", "create µs/task",
-                   "start+commit µs/task", "total µs/task", "of it sys", "CPU share",
-                   "scripts/task"):  # fmt: skip
-        table.add_column(column, justify="right")
-    for r in rounds:
-        total_cpu = sum(m.submit_cpu + m.drain_cpu for m in r.per_master)
-        for m in r.per_master:
-            table.add_row(
-                str(r.masters), f"{m.index + 1}/{r.masters}", str(m.buckets), f"{m.tasks:,}",
-                f"{m.tasks / r.tasks:.1%}", f"{m.us(m.submit_cpu):.1f}",
-                f"{m.us(m.drain_cpu):.1f}", f"{m.us(m.submit_cpu + m.drain_cpu):.1f}",
-                f"{m.sys_cpu / max(1e-9, m.submit_cpu + m.drain_cpu):.0%}",
-                f"{(m.submit_cpu + m.drain_cpu) / total_cpu:.1%}",
-                f"{(m.submit_calls + m.drain_calls) / max(1, m.tasks):.2f}",
-            )  # fmt: skip
-    return table
-
-
-def round_table(rounds: Sequence[Round]) -> Table:
-    table = Table(title="per round: aggregate rates on this machine (all processes share "
-                        f"{os.cpu_count()} cores)")  # fmt: skip
-    for column in ("masters", "tasks", "submit tasks/s", "drain tasks/s",
-                   "Redis µs/task (all masters)", "÷ 1 master", "CPU balance max/min",
-                   "drainer Python µs/task", "tasks per start call", "exactly-once"):  # fmt: skip
-        table.add_column(column, justify="right")
-    base = rounds[0].redis_us("total")
-    for r in rounds:
-        table.add_row(
-            str(r.masters), f"{r.tasks:,}", f"{r.submit_rate:,.0f}", f"{r.drain_rate:,.0f}",
-            f"{r.redis_us('total'):.1f}", f"{r.redis_us('total') / base:.2f}",
-            f"{r.balance():.2f}", f"{r.client_cpu_drain / r.tasks * 1e6:.1f}",
-            f"{2 * r.tasks / max(1, r.drain_calls):.1f}",
-            "yes" if r.exactly_once else f"NO: {'; '.join(r.bad[:3])}",
-        )  # fmt: skip
-    return table
-
-
-def reads_table(rounds: Sequence[Round]) -> Table:
-    table = Table(title="cross-shard reads, fanned out and merged (sequential round trips)")
-    for column in ("masters", "counts ms", "counts Redis µs", "query page ms",
-                   "query page Redis µs", "tasks fetched per page of 50",
-                   "full walk: pages / tasks", "each task once, in order"):  # fmt: skip
-        table.add_column(column, justify="right")
-    for r in rounds:
-        c = r.reads
-        if c is None:
-            continue
-        table.add_row(
-            str(r.masters), f"{c.counts_ms:.3f}", f"{c.counts_us:.1f}", f"{c.page_ms:.2f}",
-            f"{c.page_us:.0f}", f"{c.page_fetched:.0f}", f"{c.walk_pages} / {c.walk_tasks:,}",
-            "yes" if c.walk_ok else "NO",
-        )  # fmt: skip
-    return table
-
-
 def round_trip_us(client: redis.Redis, repeats: int = 2000) -> float:
     """The bare loopback round trip (PING) from this process, for the model."""
     started = time.perf_counter()
     for _ in range(repeats):
         client.ping()
     return (time.perf_counter() - started) / repeats * 1e6
-
-
-def calibration(rounds: Sequence[Round], rtt_us: float) -> dict[str, Any]:
-    """What ``bench.scale_out_sim --calibration`` reads."""
-    return {
-        "redis_us_per_task": {str(r.masters): r.redis_us("total") for r in rounds},
-        "drainer_python_us_per_task": {
-            str(r.masters): r.client_cpu_drain / r.tasks * 1e6 for r in rounds
-        },
-        "fanout_page_redis_us": {
-            str(r.masters): r.reads.page_us for r in rounds if r.reads is not None
-        },
-        "fanout_counts_redis_us": {
-            str(r.masters): r.reads.counts_us for r in rounds if r.reads is not None
-        },
-        "round_trip_us": rtt_us,
-        "rounds": [asdict(r) for r in rounds],
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -309,13 +180,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="tasks per commit_tasks at submit (1: Controller.submit)")  # fmt: skip
     parser.add_argument("--read-repeats", type=int, default=200, help="calls per read figure")
     parser.add_argument("--no-check", action="store_true", help="skip the history check")
+    parser.add_argument("--no-feed", action="store_true", help="skip the relay round")
     parser.add_argument("--json", type=Path, help="write the figures for bench.scale_out_sim")
     options = parser.parse_args(argv)
     tasks = 1_500 if options.quick else options.tasks
     counts = [int(x) for x in options.masters.split(",")]
     if not counts or min(counts) < 1 or max(counts) > NUM_BUCKETS:
         parser.error(f"--masters must be 1..{NUM_BUCKETS}")
-    console = Console(width=max(150, Console().width))
+    console = Console(width=max(170, Console().width))
     console.print(f"load average at start: {load_average()}")
     console.print(
         f"{tasks:,} no-op tasks per round, {NUM_BUCKETS} buckets (bucket b in shard b mod S), "
@@ -329,6 +201,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         run_round(servers, max(counts), min(tasks, 600), options, check=False, reads=False)
         rounds = [run_round(servers, s, tasks, options, check=not options.no_check)
                   for s in counts]  # fmt: skip
+        fed = None
+        if not options.no_feed:
+            directory = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()
+            try:
+                fed = run_round(servers, max(counts), tasks, options, check=False,
+                                reads=False, directory=directory)  # fmt: skip
+            finally:
+                directory.stop()
         rtt = round_trip_us(servers[0].client())
         version = servers[0].version_text
     finally:
@@ -337,9 +217,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     console.print(master_table(rounds))
     console.print(round_table(rounds))
     console.print(reads_table(rounds))
+    if fed is not None:
+        console.print(feed_table(fed, next(r for r in rounds if r.masters == fed.masters)))
     console.print(f"bare round trip (PING, loopback): {rtt:.0f} µs")
     if options.json:
-        options.json.write_text(json.dumps(calibration(rounds, rtt), indent=2, default=str))
+        options.json.write_text(json.dumps(calibration(rounds, rtt, fed), indent=2, default=str))
         console.print(f"figures written to {options.json}")
     console.print(
         f"redis-server {version}, Python {sys.version.split()[0]}, redis-py "

@@ -101,7 +101,9 @@ def run_round(
     *, check: bool = True, reads: bool = True, directory: EmbeddedRedis | None = None,
 ) -> Round:  # fmt: skip
     """One round on ``masters`` shards; with a ``directory`` server, a relay keeps the global
-    change feed there during the whole round (``bench/scale_out_feed.py``)."""
+    change feed there during the whole round (``bench/scale_out_feed.py``). With
+    ``--one-at-a-time`` each master's tasks are submitted and drained while the others idle,
+    so every master meets the contention of a lone master (its rates are then serial)."""
     namespace = f"so{masters}-{secrets.token_hex(3)}"
     shards = [
         Shard(k, servers[k].url, f"{namespace}.s{k}", buckets)
@@ -109,44 +111,28 @@ def run_round(
     ]
     clients = [server.client() for server in servers[:masters]]
     per_master = [Master(k, len(s.buckets)) for k, s in enumerate(shards)]
-    share = [tasks // options.submitters + (i < tasks % options.submitters)
-             for i in range(options.submitters)]  # fmt: skip
-    submit = [(submitter, (f"submit-{i}", shards, NUM_BUCKETS, n, options.submit_batch))
-              for i, n in enumerate(share)]  # fmt: skip
+    result = Round(masters=masters, tasks=tasks, per_master=per_master,
+                   one_at_a_time=options.one_at_a_time)  # fmt: skip
     relay = None
     if directory is not None:
         relay = RelayRun(CONTEXT, shards, directory.client(), directory.url)
         relay.start()
-    submit_seconds, work, reports = run_phase(clients, submit)
     ids: list[list[str]] = [[] for _ in shards]
-    for report in reports:
-        for k, shard_ids in enumerate(report["ids"]):
-            ids[k].extend(shard_ids)
-    for m in per_master:
-        m.submit, m.tasks = work[m.index], len(ids[m.index])
-    client_submit = sum(r["cpu"] for r in reports)
-
-    drain = [
-        (drainer, (f"drain-{s.index}-{j}", s, mine, options.limit))
-        for s in shards
-        for j, mine in enumerate(split(s.buckets, options.drainers))
-    ]
-    drain_seconds, work, reports = run_phase(clients, drain)
-    for m in per_master:
-        m.drain = work[m.index]
-    result = Round(
-        masters=masters, tasks=tasks, submit_seconds=submit_seconds,
-        drain_seconds=drain_seconds, client_cpu_submit=client_submit,
-        client_cpu_drain=sum(r["cpu"] for r in reports),
-        drain_calls=sum(r["calls"] for r in reports), per_master=per_master,
-    )  # fmt: skip
+    groups = [[s] for s in shards] if options.one_at_a_time else [list(shards)]
+    for group in groups:
+        only = group[0].index if len(group) == 1 and masters > 1 else None
+        count = tasks if only is None else round(tasks * len(group[0].buckets) / NUM_BUCKETS)
+        submit_phase(clients, shards, count, only, options, result, ids)
+    for group in groups:
+        drain_phase(clients, group, options, result)
+    result.tasks = sum(len(x) for x in ids)
     if relay is not None:
-        result.feed = relay.finish(tasks)
+        result.feed = relay.finish(result.tasks)
     stores = [s.store() for s in shards]
     try:
         succeeded = sum(store.counts()[TaskStatus.SUCCEEDED] for store in stores)
-        if succeeded != tasks:
-            result.bad.append(f"{succeeded} of {tasks} SUCCEEDED")
+        if succeeded != result.tasks:
+            result.bad.append(f"{succeeded} of {result.tasks} SUCCEEDED")
         if check:
             for store, shard_ids in zip(stores, ids):
                 verdict, _ = check_histories(store, shard_ids)
@@ -158,6 +144,45 @@ def run_round(
         for store in stores:
             store.close()
     return result
+
+
+def submit_phase(
+    clients: Sequence[redis.Redis], shards: Sequence[Shard], tasks: int, only: int | None,
+    options: argparse.Namespace, result: Round, ids: list[list[str]],
+) -> None:  # fmt: skip
+    """Create ``tasks`` tasks (all in shard ``only``, if given), each in its bucket's shard."""
+    share = [tasks // options.submitters + (i < tasks % options.submitters)
+             for i in range(options.submitters)]  # fmt: skip
+    submit = [(submitter, (f"submit-{i}", shards, NUM_BUCKETS, n, options.submit_batch, only))
+              for i, n in enumerate(share)]  # fmt: skip
+    seconds, work, reports = run_phase(clients, submit)
+    result.submit_seconds += seconds
+    result.client_cpu_submit += sum(r["cpu"] for r in reports)
+    for report in reports:
+        for k, shard_ids in enumerate(report["ids"]):
+            ids[k].extend(shard_ids)
+    for m in result.per_master:
+        if only is None or m.index == only:
+            m.submit += work[m.index]
+            m.tasks = len(ids[m.index])
+
+
+def drain_phase(
+    clients: Sequence[redis.Redis], shards: Sequence[Shard], options: argparse.Namespace,
+    result: Round,
+) -> None:  # fmt: skip
+    """Drain every task of ``shards`` with ``--drainers`` processes per shard."""
+    drain = [
+        (drainer, (f"drain-{s.index}-{j}", s, mine, options.limit))
+        for s in shards
+        for j, mine in enumerate(split(s.buckets, options.drainers))
+    ]
+    seconds, work, reports = run_phase(clients, drain)
+    result.drain_seconds += seconds
+    result.client_cpu_drain += sum(r["cpu"] for r in reports)
+    result.drain_calls += sum(r["calls"] for r in reports)
+    for s in shards:
+        result.per_master[s.index].drain += work[s.index]
 
 
 def round_trip_us(client: redis.Redis, repeats: int = 2000) -> float:
@@ -181,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--read-repeats", type=int, default=200, help="calls per read figure")
     parser.add_argument("--no-check", action="store_true", help="skip the history check")
     parser.add_argument("--no-feed", action="store_true", help="skip the relay round")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="load one master at a time (the others idle)")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the figures for bench.scale_out_sim")
     options = parser.parse_args(argv)
     tasks = 1_500 if options.quick else options.tasks

@@ -69,9 +69,10 @@ def now() -> datetime:
 
 def submitter(
     name: str, shards: Sequence[Shard], num_buckets: int, count: int, batch: int,
-    ready: Queue[Any], go: Event, results: Queue[Any],
+    only: int | None, ready: Queue[Any], go: Event, results: Queue[Any],
 ) -> None:  # fmt: skip
-    """Create ``count`` tasks, each in the shard of its bucket; report the ids per shard."""
+    """Create ``count`` tasks, each in the shard of its bucket (with ``only``: tasks whose
+    bucket is in that shard, the others drawn again); report the ids per shard."""
     stores = [shard.store() for shard in shards]
     policy = BucketPolicy(num_buckets)
     shard_of = {b: shard.index for shard in shards for b in shard.buckets}
@@ -83,11 +84,15 @@ def submitter(
     ready.put(name)
     go.wait()
     cpu = time.process_time()
-    for _ in range(count):
+    made = 0
+    while made < count:
         snapshot, transition = new_task(
             NewTask(TASK_NAME), None, now=now(), buckets=policy, submitted_by=name
         )
         k = shard_of[snapshot.bucket]
+        if only is not None and k != only:
+            continue
+        made += 1
         pending[k].append((snapshot, None, [transition]))
         ids[k].append(snapshot.task_id)
         if len(pending[k]) >= batch:

@@ -73,11 +73,12 @@ class Master:
 class Round:
     masters: int
     tasks: int
-    submit_seconds: float
-    drain_seconds: float
-    client_cpu_submit: float  # seconds of the submitters' own CPU
-    client_cpu_drain: float
-    drain_calls: int
+    submit_seconds: float = 0.0
+    drain_seconds: float = 0.0
+    client_cpu_submit: float = 0.0  # seconds of the submitters' own CPU
+    client_cpu_drain: float = 0.0
+    drain_calls: int = 0
+    one_at_a_time: bool = False  # masters loaded one after the other (rates are serial)
     per_master: list[Master] = field(default_factory=list)
     exactly_once: bool = False
     bad: list[str] = field(default_factory=list)
@@ -105,6 +106,10 @@ class Round:
         return max(cpus) / max(1e-9, min(cpus))
 
 
+def label(r: Round) -> str:
+    return f"{r.masters} (one at a time)" if r.one_at_a_time else str(r.masters)
+
+
 def master_table(rounds: Sequence[Round]) -> Table:
     table = Table(title="per master: the tasks it held and its Redis CPU per task (AOF off)")
     for column in ("masters", "master", "buckets", "tasks", "share", "create µs/task",
@@ -115,7 +120,7 @@ def master_table(rounds: Sequence[Round]) -> Table:
         total_cpu = sum(m.submit_cpu + m.drain_cpu for m in r.per_master)
         for m in r.per_master:
             table.add_row(
-                str(r.masters), f"{m.index + 1}/{r.masters}", str(m.buckets), f"{m.tasks:,}",
+                label(r), f"{m.index + 1}/{r.masters}", str(m.buckets), f"{m.tasks:,}",
                 f"{m.tasks / r.tasks:.1%}", f"{m.us(m.submit_cpu):.1f}",
                 f"{m.us(m.drain_cpu):.1f}", f"{m.us(m.submit_cpu + m.drain_cpu):.1f}",
                 f"{m.both.sys / max(1e-9, m.both.cpu):.0%}",
@@ -136,7 +141,7 @@ def round_table(rounds: Sequence[Round]) -> Table:
     base = rounds[0].redis_us("total")
     for r in rounds:
         table.add_row(
-            str(r.masters), f"{r.tasks:,}", f"{r.submit_rate:,.0f}", f"{r.drain_rate:,.0f}",
+            label(r), f"{r.tasks:,}", f"{r.submit_rate:,.0f}", f"{r.drain_rate:,.0f}",
             f"{r.redis_us('total'):.1f}", f"{r.redis_us('total') / base:.2f}",
             f"{r.balance():.2f}", f"{r.client_cpu_drain / r.tasks * 1e6:.1f}",
             f"{2 * r.tasks / max(1, r.drain_calls):.1f}",

@@ -61,6 +61,7 @@ from bench.scale_out_report import (
     reads_table,
     round_table,
     sample,
+    summary_table,
 )
 from bench.throughput import check_histories, code_under_test, load_average
 from chongming_redis.embedded import EmbeddedRedis
@@ -208,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-feed", action="store_true", help="skip the relay round")
     parser.add_argument("--one-at-a-time", action="store_true",
                         help="load one master at a time (the others idle)")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help="rounds per master count")
     parser.add_argument("--json", type=Path, help="write the figures for bench.scale_out_sim")
     options = parser.parse_args(argv)
     tasks = 1_500 if options.quick else options.tasks
@@ -226,8 +228,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         # Warm-up, not reported: script caches, first connections, allocator.
         run_round(servers, max(counts), min(tasks, 600), options, check=False, reads=False)
+        # Interleaved (1, 2, 3, 1, 2, 3, ...): a load spike on the shared box hits every S.
         rounds = [run_round(servers, s, tasks, options, check=not options.no_check)
-                  for s in counts]  # fmt: skip
+                  for _ in range(options.repeat) for s in counts]  # fmt: skip
         fed = None
         if not options.no_feed:
             directory = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()
@@ -243,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             server.stop()
     console.print(master_table(rounds))
     console.print(round_table(rounds))
+    if options.repeat > 1:
+        console.print(summary_table(rounds))
     console.print(reads_table(rounds))
     if fed is not None:
         console.print(feed_table(fed, next(r for r in rounds if r.masters == fed.masters)))

@@ -4,6 +4,7 @@ master's part of a round, a round, the tables, and the figures ``bench.scale_out
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
@@ -199,13 +200,48 @@ def feed_table(fed: Round, plain: Round) -> Table:
     return table
 
 
+def by_masters(rounds: Sequence[Round]) -> dict[int, list[Round]]:
+    grouped: dict[int, list[Round]] = {}
+    for r in rounds:
+        grouped.setdefault(r.masters, []).append(r)
+    return grouped
+
+
+def median_redis_us(rounds: Sequence[Round]) -> dict[int, float]:
+    """Per master count, the median over its rounds of the Redis CPU per task."""
+    return {s: statistics.median(r.redis_us("total") for r in rs)
+            for s, rs in by_masters(rounds).items()}  # fmt: skip
+
+
+def summary_table(rounds: Sequence[Round]) -> Table:
+    """Over the repeated rounds: each master's Redis CPU per task (every master of every
+    round), and the commands per task, per master count."""
+    table = Table(title="over the repeats: Redis CPU per task per master, and the work per task")
+    for column in ("masters", "rounds", "µs/task per master: median", "min", "max",
+                   "÷ 1 master (medians)", "commands/task (median)",
+                   "drain tasks/s (median)"):  # fmt: skip
+        table.add_column(column, justify="right")
+    grouped = by_masters(rounds)
+    base = statistics.median(m.us(m.both.cpu) for r in grouped[min(grouped)] for m in r.per_master)
+    for rs in grouped.values():
+        per = [m.us(m.both.cpu) for r in rs for m in r.per_master]
+        commands = [m.both.commands / max(1, m.tasks) for r in rs for m in r.per_master]
+        table.add_row(
+            label(rs[0]), str(len(rs)), f"{statistics.median(per):.1f}", f"{min(per):.1f}",
+            f"{max(per):.1f}", f"{statistics.median(per) / base:.2f}",
+            f"{statistics.median(commands):.1f}",
+            f"{statistics.median(r.drain_rate for r in rs):,.0f}",
+        )  # fmt: skip
+    return table
+
+
 def calibration(rounds: Sequence[Round], rtt_us: float, fed: Round | None) -> dict[str, Any]:
     """What ``bench.scale_out_sim --calibration`` reads."""
     feed_us = None
     if fed is not None and fed.feed is not None:
         feed_us = fed.feed.per_task(fed.feed.directory_cpu) * 1e6
     return {
-        "redis_us_per_task": {str(r.masters): r.redis_us("total") for r in rounds},
+        "redis_us_per_task": {str(s): us for s, us in median_redis_us(rounds).items()},
         "drainer_python_us_per_task": {
             str(r.masters): r.client_cpu_drain / r.tasks * 1e6 for r in rounds
         },

@@ -196,6 +196,7 @@ class FeedCost:
     relay_cpu: float  # seconds of the relay process's own CPU
     lag: float
     check: FeedCheck
+    directory_bytes: int = 0  # the directory master's used_memory growth (the global feed)
 
     def per_task(self, value: float) -> float:
         return value / max(1, self.tasks)
@@ -219,6 +220,7 @@ class RelayRun:
         self.proc.start()
         self.ready.get(timeout=60)
         self.cpu = directory_cpu(self.directory)
+        self.memory = int(self.directory.info("memory")["used_memory"])
         self.go.set()
 
     def finish(self, tasks: int) -> FeedCost:
@@ -226,10 +228,10 @@ class RelayRun:
         report = self.results.get(timeout=600)
         self.proc.join(30)
         cpu = directory_cpu(self.directory) - self.cpu
+        memory = int(self.directory.info("memory")["used_memory"]) - self.memory
         check = check_global_feed(self.directory, self.root, self.shards)
-        return FeedCost(
-            tasks, report["items"], report["calls"], cpu, report["cpu"], report["lag"], check
-        )
+        return FeedCost(tasks, report["items"], report["calls"], cpu, report["cpu"],
+                        report["lag"], check, memory)  # fmt: skip
 
 
 def directory_cpu(client: redis.Redis) -> float:

@@ -190,6 +190,8 @@ def feed_table(fed: Round, plain: Round) -> Table:
          f"{fed.redis_us('total'):.1f} / {plain.redis_us('total'):.1f} µs"),
         ("drain tasks/s with the relay / without", f"{fed.drain_rate:,.0f} / "
          f"{plain.drain_rate:,.0f}"),
+        ("directory master memory per task (global feed, its task map, relay cursors)",
+         f"{cost.directory_bytes / cost.tasks:.0f} bytes"),
         ("global feed behind the shards when the writes stopped", f"{cost.lag * 1e3:.0f} ms"),
         ("global feed read from 0: live items / distinct / SUCCEEDED / tasks",
          f"{check.live:,} / {check.distinct:,} / {check.succeeded:,} / {cost.tasks:,}"),

@@ -87,9 +87,10 @@ def role_of(port: int) -> str:
 
 
 class Sentinels:
-    """``count`` Sentinels monitoring the primary on ``primary_port`` (quorum: a majority)."""
+    """``count`` Sentinels monitoring the primary on ``primary_port`` (quorum: a majority),
+    ready once each knows the others and the primary's ``replicas``."""
 
-    def __init__(self, primary_port: int, count: int = 3) -> None:
+    def __init__(self, primary_port: int, count: int = 3, *, replicas: int = 1) -> None:
         binary = redis_server_path()
         if binary is None:
             raise RuntimeError("redis-server is not on PATH (apt-get install -y redis-server)")
@@ -101,7 +102,7 @@ class Sentinels:
         try:
             for _ in range(count):
                 self._start_one(primary_port)
-            self.wait_ready(count)
+            self.wait_ready(replicas)
         except BaseException:
             self.close()
             raise

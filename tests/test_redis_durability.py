@@ -30,6 +30,7 @@ from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress.fault_proxy import FaultProxy
 from tests.support.redis_server import RedisProc, free_port
 from tests.support.replicated_redis import start_replica, wait_replicas
+from tests.test_redis_acl import PASSWORD, add_user
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -248,4 +249,21 @@ def test_the_default_timeout_is_half_the_socket_timeout(redis_proc: RedisProc) -
                                     durability_replicas=2)  # fmt: skip
     assert store.wait_rule is not None
     assert (store.wait_rule.replicas, store.wait_rule.timeout) == (2, 1.5)
+    store.close()
+
+
+def test_a_user_restricted_to_its_namespace_may_wait(
+    pair: tuple[RedisProc, RedisProc], namespace: str
+) -> None:
+    """The barrier is a channel under the namespace's nudges, and ``WAIT`` is ``@connection``:
+    the least-privilege user of ``test_redis_acl.py`` writes with ``durability_replicas``."""
+    primary, replica = pair
+    with primary.client() as admin:
+        add_user(admin, f"u-{namespace}", namespace, ("+@all", "-@admin", "-@dangerous"))
+    store = RedisTaskStore.from_url(primary.url, namespace=namespace, username=f"u-{namespace}",
+                                    password=PASSWORD, durability_replicas=1)  # fmt: skip
+    store.create(task("a"))
+    store.save(task("a", 2), expect_version=1)
+    with replica.client() as client:
+        assert client.hget("{" + namespace + "}:t:a", "v") == b"2"
     store.close()

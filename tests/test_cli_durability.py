@@ -1,0 +1,96 @@
+"""The CLI's ``--durability-replicas N`` (``CHONGMING_DURABILITY_REPLICAS``), as a real process.
+
+On a primary with one replica, ``submit --durability-replicas 1`` prints ids the replica holds
+when it returns (read from the replica with ``show``); the variable does the same. With the
+replica stopped the submit fails with one line saying how many replicas confirmed. A negative
+or non-integer value (flag or variable), a SQLite store, or a worker without ``--redis`` is one
+line and exit 1, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.redis_server import RedisProc
+from tests.support.replicated_redis import start_replica, wait_replicas
+from tests.test_cli import APP, cli, ok, user_error
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[RedisProc, RedisProc]]:
+    request.getfixturevalue("redis_proc")  # skips, or fails in CI, without redis-server
+    primary = RedisProc()
+    try:
+        replica = start_replica(primary.port)
+        try:
+            wait_replicas(primary, 1)
+            yield primary, replica
+        finally:
+            replica.close()
+    finally:
+        primary.close()
+
+
+def keys_of(server: RedisProc, namespace: str) -> int:
+    with server.client() as client:
+        return len(list(client.scan_iter(match="{" + namespace + "}:*")))
+
+
+def test_submit_waits_for_the_replica(pair: tuple[RedisProc, RedisProc], namespace: str) -> None:
+    primary, replica = pair
+    given = ok(cli("submit", APP, "work", "--count=3", f"--redis={primary.url}",
+                   f"--namespace={namespace}", "--durability-replicas", "1"))  # fmt: skip
+    env = {"CHONGMING_DURABILITY_REPLICAS": "1", "CHONGMING_REDIS_URL": primary.url}
+    exported = ok(cli("submit", APP, "work", f"--namespace={namespace}", env=env))
+    for task_id in given.split() + exported.split():
+        shown = ok(cli("show", task_id, "--json", f"--redis={replica.url}",
+                       f"--namespace={namespace}"))  # fmt: skip
+        assert json.loads(shown)["task"]["task_id"] == task_id
+
+
+def test_a_submit_no_replica_confirmed_is_one_line(
+    pair: tuple[RedisProc, RedisProc], namespace: str
+) -> None:
+    primary, replica = pair
+    replica.sigstop()
+    try:
+        result = cli("submit", APP, "work", f"--redis={primary.url}", f"--namespace={namespace}",
+                     "--durability-replicas=1")  # fmt: skip
+    finally:
+        replica.sigcont()
+    user_error(result, "only 0 of 1 replica(s) confirmed", "outcome is unknown")
+    wait_replicas(primary, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("-1", "must be 0 or more, not -1"),
+        ("abc", "valid integer"),
+        ("1.5", "valid integer"),
+    ],
+)
+def test_bad_values_are_one_line(
+    pair: tuple[RedisProc, RedisProc], namespace: str, value: str, message: str
+) -> None:
+    primary, _ = pair
+    where = (f"--redis={primary.url}", f"--namespace={namespace}")
+    user_error(cli("submit", APP, "work", *where, f"--durability-replicas={value}"),
+               "--durability-replicas", message)  # fmt: skip
+    env = {"CHONGMING_DURABILITY_REPLICAS": value}
+    user_error(cli("tasks", *where, env=env), "CHONGMING_DURABILITY_REPLICAS", message)
+    assert keys_of(primary, namespace) == 0
+
+
+def test_only_redis_takes_it(tmp_path: Path) -> None:
+    database = tmp_path / "t.db"
+    user_error(cli("submit", APP, "work", f"--store=sqlite://{database}",
+                   "--durability-replicas=1"), "--durability-replicas is for Redis")  # fmt: skip
+    assert not database.exists()
+    user_error(cli("worker", APP, "--durability-replicas=1"), "needs --redis")

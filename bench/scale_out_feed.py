@@ -74,6 +74,7 @@ class RelayReport:
     calls: int  # relay_append calls
     cpu: float  # the relay's own CPU seconds
     lag: float  # seconds from the stop signal until every shard was relayed to its head
+    passes: int  # rounds over every shard (each one read per shard)
 
 
 def relay(
@@ -87,12 +88,13 @@ def relay(
     sources = [(client.register_script(READ_SCRIPT.read_text()), keys)
                for client, keys in shard_clients(shards)]  # fmt: skip
     cursors = [0] * len(shards)
-    items = calls = 0
+    items = calls = passes = 0
     ready.put("relay")
     go.wait()
     cpu = time.process_time()
     stopped_at: float | None = None
     while True:
+        passes += 1
         moved = full = False
         for k, (read, keys) in enumerate(sources):
             batch, cursor = read_shard(read, keys, cursors[k])
@@ -114,7 +116,7 @@ def relay(
         if not full:
             time.sleep(INTERVAL)
     lag = time.perf_counter() - (stopped_at or time.perf_counter())
-    report = RelayReport(items, calls, time.process_time() - cpu, lag)
+    report = RelayReport(items, calls, time.process_time() - cpu, lag, passes)
     results.put({"role": "relay", **report.__dict__})
 
 
@@ -197,6 +199,16 @@ class FeedCost:
     lag: float
     check: FeedCheck
     directory_bytes: int = 0  # the directory master's used_memory growth (the global feed)
+    passes: int = 0
+    read_item_us: float = 0.0  # shard CPU per item the relay reads (measured alone, after)
+    read_empty_us: float = 0.0  # shard CPU per read that finds nothing new
+    shards: int = 0
+
+    def shard_read_us(self) -> float:
+        """The relay's reads on the shards, per task: its items and its passes, at the costs
+        measured alone (during the round they drown in this machine's noise)."""
+        empty = self.passes * self.shards * self.read_empty_us  # an upper bound: some found items
+        return (self.items * self.read_item_us + empty) / max(1, self.tasks)
 
     def per_task(self, value: float) -> float:
         return value / max(1, self.tasks)
@@ -230,8 +242,37 @@ class RelayRun:
         cpu = directory_cpu(self.directory) - self.cpu
         memory = int(self.directory.info("memory")["used_memory"]) - self.memory
         check = check_global_feed(self.directory, self.root, self.shards)
+        item_us, empty_us = read_costs(self.shards)
         return FeedCost(tasks, report["items"], report["calls"], cpu, report["cpu"],
-                        report["lag"], check, memory)  # fmt: skip
+                        report["lag"], check, memory, report["passes"], item_us, empty_us,
+                        len(self.shards))  # fmt: skip
+
+
+def read_costs(shards: Sequence[Shard], empty_reads: int = 300) -> tuple[float, float]:
+    """Shard CPU (µs) per item of a relay read, re-reading every shard's feed from 0 with the
+    relay's script, and per read that finds nothing (at the head)."""
+    sources = shard_clients(shards)
+    reads = [(client, client.register_script(READ_SCRIPT.read_text()), keys)
+             for client, keys in sources]  # fmt: skip
+    before = sum(directory_cpu(client) for client, _, _ in reads)
+    items, heads = 0, []
+    for _, read, keys in reads:
+        cursor = 0
+        while True:
+            batch, next_cursor = read_shard(read, keys, cursor)
+            items += len(batch)
+            if next_cursor == cursor:
+                break
+            cursor = next_cursor
+        heads.append(cursor)
+    middle = sum(directory_cpu(client) for client, _, _ in reads)
+    for (_, read, keys), head in zip(reads, heads):
+        for _ in range(empty_reads):
+            read_shard(read, keys, head)
+    after = sum(directory_cpu(client) for client, _, _ in reads)
+    return (middle - before) / max(1, items) * 1e6, (after - middle) / (
+        empty_reads * len(reads)
+    ) * 1e6
 
 
 def directory_cpu(client: redis.Redis) -> float:

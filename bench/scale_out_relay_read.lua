@@ -16,6 +16,7 @@ Bound: at most `limit` items; chunks read at most limit + 1 (each <= 128 fields)
 local rcall = redis.call
 local root, after, limit = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
 local head = tonumber(rcall('HGET', root .. 'feed', 'head') or '0')
+if head <= after then return { 'OK', string.format('%d', after) } end -- nothing new: no chunk read
 local reply, found = { 'OK', '' }, 0
 local from = math.floor(after / 128)
 while found < limit do

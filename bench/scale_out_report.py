@@ -188,6 +188,9 @@ def feed_table(fed: Round, plain: Round) -> Table:
         ("relay process CPU per task", f"{cost.per_task(cost.relay_cpu) * 1e6:.1f} µs"),
         ("shard masters' CPU per task, with the relay / without (same masters)",
          f"{fed.redis_us('total'):.1f} / {plain.redis_us('total'):.1f} µs"),
+        ("  the relay's reads on the shards per task, at costs measured alone",
+         f"{cost.shard_read_us():.1f} µs ({cost.read_item_us:.1f} per item, "
+         f"{cost.read_empty_us:.0f} per empty read, {cost.passes:,} passes)"),
         ("drain tasks/s with the relay / without", f"{fed.drain_rate:,.0f} / "
          f"{plain.drain_rate:,.0f}"),
         ("directory master memory per task (global feed, its task map, relay cursors)",

@@ -7,6 +7,9 @@ stored. A task changed while a reader pages moved to a later position, so it is 
 later, never skipped.
 
 KEYS[1]  {ns}:   the namespace root; feed and task keys are derived from it
+KEYS[2]  {ns}:feed  the feed hash; declared beside the root (a key that never exists) so that
+                    Redis Cluster refuses the call (TRYAGAIN) while the namespace's slot
+                    migrates, never runs it on a half-moved slot (docs/redis-layout.md)
 ARGV[1]  after: the cursor (canonical decimal)
 ARGV[2]  limit (1..256)
 
@@ -23,6 +26,7 @@ Bound: at most `limit` items; chunks read at most limit + 1 (each <= 128 fields)
 --- @include "lib/common"
 
 local root = KEYS[1]
+if KEYS[2] ~= root .. 'feed' then return badarg('KEYS[2] is not {ns}:feed of KEYS[1]') end
 local after, limit = ARGV[1], ARGV[2]
 if not is_uint(after) then return badarg('cursor is not a canonical integer') end
 if not is_uint(limit) or tonumber(limit) < 1 or tonumber(limit) > 256 then

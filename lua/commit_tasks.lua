@@ -8,6 +8,9 @@ its first history entry land together. Items are independent: one item's conflic
 the others.
 
 KEYS[1]  {ns}:   the namespace root; task, history and index keys are derived from it
+KEYS[2]  {ns}:counts  the counters; declared beside the root (a key that never exists) so that
+                      Redis Cluster refuses the call (TRYAGAIN) while the namespace's slot
+                      migrates, never runs it on a half-moved slot (docs/redis-layout.md)
 ARGV[1]  number of items; then per item:
          the lib/task_args layout (counted pairs), then the number of history entries, then
          (version, encoded entry) per entry
@@ -40,6 +43,7 @@ Bound: at most 100 items per call (the caller batches), each O(tags + entries) c
 --- @include "lib/task_args"
 
 local root = KEYS[1]
+if KEYS[2] ~= root .. 'counts' then return badarg('KEYS[2] is not {ns}:counts of KEYS[1]') end
 local count = ARGV[1]
 if not is_uint(count) or tonumber(count) > 100 then return badarg('item count malformed') end
 

@@ -6,6 +6,9 @@ KEYS[1]  {ns}:       the namespace root; every key is derived from it: {ns}:coun
                      total, and the buckets of each terminal status), {ns}:nm:<st>:<b> (the
                      names), the composite index {ns}:ix:<st>:<b>:<name>, the task, history,
                      command list and change-feed keys
+KEYS[2]  {ns}:counts  the counters; declared beside the root (a key that never exists) so that
+                      Redis Cluster refuses the call (TRYAGAIN) while the namespace's slot
+                      migrates, never runs it on a half-moved slot (docs/redis-layout.md)
 ARGV[1]  keep: how many of the newest terminal tasks to keep
 ARGV[2]  batch: the most tasks this call may drop (the caller loops)
 
@@ -34,6 +37,7 @@ and at most `batch` tasks dropped (each O(tags) commands).
 --- @include "lib/feed"
 
 local root = KEYS[1]
+if KEYS[2] ~= root .. 'counts' then return badarg('KEYS[2] is not {ns}:counts of KEYS[1]') end
 local keep, batch = ARGV[1], ARGV[2]
 if not is_uint(keep) or not is_uint(batch) then return badarg('keep/batch malformed') end
 keep, batch = tonumber(keep), tonumber(batch)

@@ -7,6 +7,9 @@ hash, and returns up to `want` matches. The caller loops on the cursor while the
 and the sources are not exhausted, so no single call does unbounded work.
 
 KEYS[1]  {ns}:         the namespace root; index and task keys are derived from it
+KEYS[2]  {ns}:counts   the counters; declared beside the root (a key that never exists) so that
+                       Redis Cluster refuses the call (TRYAGAIN) while the namespace's slot
+                       migrates, never runs it on a half-moved slot (docs/redis-layout.md)
 ARGV[1]  'asc' | 'desc'
 ARGV[2]  want: matches to return at most (1..1000)
 ARGV[3]  budget: index entries to examine at most (>= want; `want` when the sources are exact)
@@ -44,6 +47,7 @@ source), then one chunk of 32 more for each source the walk uses up.
 --- @include "lib/task_view"
 
 local root = KEYS[1]
+if KEYS[2] ~= root .. 'counts' then return badarg('KEYS[2] is not {ns}:counts of KEYS[1]') end
 local direction, want, budget = ARGV[1], ARGV[2], ARGV[3]
 local cursor_score, cursor_member = ARGV[4], ARGV[5]
 if direction ~= 'asc' and direction ~= 'desc' then return badarg('direction') end

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.postgres_server import PostgresProc, postgres_bin_dir
+from tests.support.redis_cluster import RedisClusterProcs, redis_cli_path
 from tests.support.redis_server import RedisProc, redis_server_path
 from tests.support.store_targets import StoreTarget, store_target
 
@@ -37,6 +38,22 @@ def redis_proc() -> Iterator[RedisProc]:
     server = RedisProc()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterProcs]:
+    """One Redis Cluster for the session (3 masters, 3 replicas; ``support/redis_cluster.py``);
+    tests isolate themselves by namespace (each its own slot). A test that fails over or
+    reshards leaves the cluster stable, its slots wherever they ended."""
+    require_redis_server()
+    if redis_cli_path() is None:
+        message = "redis-cli is not on PATH (apt-get install -y redis-tools)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    cluster = RedisClusterProcs()
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture

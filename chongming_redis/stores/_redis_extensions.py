@@ -217,7 +217,8 @@ class RedisExtensions:
     def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
         """One page of the change feed (``ChangeFeed.changes``; ``lua/changes.lua``)."""
         position, size = parse_cursor(after), check_page_limit(limit)
-        reply = self._run("changes", [self.keys.root], [position, size], after=position)
+        keys = [self.keys.root, self.keys.feed]
+        reply = self._run("changes", keys, [position, size], after=position)
         items: list[TaskSnapshot | Tombstone] = []
         for i in range(2, len(reply), 3):
             value: bytes = reply[i + 1]

@@ -113,6 +113,13 @@ def errors(key: str | None = None) -> Iterator[None]:
         yield
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise StoreUnavailable(f"Redis is unreachable: {exc}") from exc
+    except (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
+            redis.exceptions.SlotNotCoveredError) as exc:  # fmt: skip
+        # A cluster that is down, failing over or still migrating the namespace's slot after
+        # MIGRATION_WAIT (``_redis_cluster``): the command was refused, never run.
+        raise StoreUnavailable(f"Redis Cluster cannot serve the namespace now: {exc}") from exc
+    except redis.exceptions.RedisClusterException as exc:
+        raise StoreError(f"Redis Cluster error: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # Write scripts carry a '#!lua' shebang, so Redis refuses them whole, before any
         # write, when it is over maxmemory (no half-applied script).
@@ -173,7 +180,7 @@ def query(
         # The script examines only `want` entries when its sources imply every filter.
         args = ["desc" if q.newest_first else "asc", want, max(want, page_budget), *cursor,
                 *filters]  # fmt: skip
-        reply = yield script("query", [keys.root], args)
+        reply = yield script("query", [keys.root, keys.counts], args)
         exhausted, cursor = reply[1] == 1, (text(reply[2]), text(reply[3]))
         page = [
             decode_task(keys, text(reply[i]), pairs(reply[i + 1])) for i in range(5, len(reply), 2)
@@ -228,7 +235,7 @@ def commit_tasks(
             args.append(len(transitions))
             for transition in transitions:
                 args += [transition.version, encode_entry(transition)]
-        reply = yield script("commit_tasks", [keys.root], args)
+        reply = yield script("commit_tasks", [keys.root, keys.counts], args)
         for i, (snapshot, expect, _) in enumerate(batch):
             item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
             results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from chongming_redis.errors import CorruptRecord, StoreClosed
@@ -31,6 +32,7 @@ from chongming_redis.stores import _common as check
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import TASK_FIELDS, Keys
+from chongming_redis.stores._redis_cluster import NO_CLUSTER_WAIT, ClusterCalls, connect_cluster
 from chongming_redis.stores._redis_connect import connect
 from chongming_redis.stores._redis_durability import check_replicas, wait_rule, write_or_read
 from chongming_redis.stores._redis_extensions import RedisExtensions
@@ -63,7 +65,7 @@ class RedisTaskStore(RedisExtensions):
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: redis.Redis | RedisCluster,
         *,
         namespace: str,
         check_server: bool = True,
@@ -80,7 +82,11 @@ class RedisTaskStore(RedisExtensions):
         self.wait_rule = wait_rule(durability_replicas, durability_timeout,
                                    client.get_connection_kwargs().get("socket_timeout"),
                                    self.keys.wait_barrier)  # fmt: skip
-        self._client = client
+        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis_cluster``).
+        self._cluster = ClusterCalls.of(client, self.keys.root)
+        if self._cluster and self.wait_rule:
+            raise ValueError(NO_CLUSTER_WAIT)
+        self._client: redis.Redis = client  # type: ignore[assignment]  # same commands
         self._owns_client = owns_client
         self._closed = False
         #: When on, every command lease change (claim, complete, release) is also appended,
@@ -94,15 +100,20 @@ class RedisTaskStore(RedisExtensions):
         self.audit_owner = audit_owner or f"{os.uname().nodename}-{os.getpid()}"
         self.legacy_scripts = False
         with ops.errors():
-            self.legacy_scripts = not supports_script_flags(client)
+            self.legacy_scripts = not (
+                self._cluster.supports_script_flags() if self._cluster else
+                supports_script_flags(self._client)
+            )  # fmt: skip
             self._scripts: dict[str, Script] = {
                 name: client.register_script(script_text(name, legacy=self.legacy_scripts))
                 for name in SCRIPT_NAMES
             }
-            if check_server:
-                check_server_settings(client)
+            if check_server and self._cluster:
+                self._cluster.check_server_settings()
+            elif check_server:
+                check_server_settings(self._client)
             if self.wait_rule is not None:
-                check_replicas(client, self.wait_rule)
+                check_replicas(self._client, self.wait_rule)
 
     @classmethod
     def from_url(
@@ -118,6 +129,7 @@ class RedisTaskStore(RedisExtensions):
         audit_owner: str | None = None,
         durability_replicas: int = 0,
         durability_timeout: float | None = None,
+        cluster: bool = False,
         **options: Any,
     ) -> RedisTaskStore:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``, or
@@ -129,9 +141,13 @@ class RedisTaskStore(RedisExtensions):
         ``durability_replicas=N``: a write is acknowledged only once ``N`` replicas confirmed
         it, within ``durability_timeout`` seconds (default: half the socket timeout), else it
         raises ``StoreUnavailable`` (``_redis_durability``).
+        ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis_cluster``).
         """
         Keys(namespace)  # refuse a bad namespace before connecting
-        client = connect(url, socket_timeout=socket_timeout, retries=retries,
+        if cluster and durability_replicas:
+            raise ValueError(NO_CLUSTER_WAIT)
+        make = connect_cluster if cluster else connect
+        client = make(url, socket_timeout=socket_timeout, retries=retries,
                          socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
         return cls(
             client,
@@ -294,7 +310,7 @@ class RedisTaskStore(RedisExtensions):
         keep = check.check_keep_terminal(keep_terminal)
         dropped = 0
         while True:
-            reply = self._run("prune", [self.keys.root], [keep, PRUNE_BATCH])
+            reply = self._run("prune", [self.keys.root, self.keys.counts], [keep, PRUNE_BATCH])
             batch, still_to_drop = int(reply[1]), int(reply[2])
             dropped += batch
             if still_to_drop <= 0 or batch == 0:
@@ -340,6 +356,8 @@ class RedisTaskStore(RedisExtensions):
             reply = self._request(request)
 
     def _request(self, request: ops.Request) -> Any:
+        if isinstance(request, ops.Read) and self._cluster and request.method == "time":
+            return self._read(request.key, lambda c: self._cluster.time())  # type: ignore[union-attr]
         if isinstance(request, ops.Read):
             call = partial(write_or_read, self.wait_rule, request.method, request.args)
             return self._read(request.key, call)
@@ -355,7 +373,9 @@ class RedisTaskStore(RedisExtensions):
         self._check_open()
         script = self._scripts[name]
         with ops.errors():
-            if name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
+            if self._cluster is not None:
+                reply = self._cluster.eval(script, keys, args)
+            elif name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = self._evalsha_ro(script, keys, args)
             elif self.wait_rule is not None and name not in READ_ONLY_SCRIPTS:
                 reply = self.wait_rule.evalsha(self._client, script, list(keys), list(args))
@@ -379,6 +399,8 @@ class RedisTaskStore(RedisExtensions):
     def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T:
         self._check_open()
         with ops.errors(key):
+            if self._cluster is not None:  # again while the slot migrates (TRYAGAIN)
+                return self._cluster.call(lambda: call(self._client))
             return call(self._client)
 
     def _check_open(self) -> None:

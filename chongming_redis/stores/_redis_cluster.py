@@ -1,0 +1,217 @@
+"""``RedisTaskStore`` on Redis Cluster: what differs from one server, in one place.
+
+A namespace lives in one slot (every key starts with its hash tag ``{ns}:``, ``_keys.py``), so
+every script and every read goes to the one master that holds the slot; redis-py's
+``RedisCluster`` routes them by key and follows ``MOVED`` (a slot that moved) and ``ASK`` (a
+key already migrated). What this module adds:
+
+* **Scripts on the slot's master.** ``EVALSHA`` by the namespace's key; a master that does not
+  know a script yet (a new master after a failover, another after a reshard: ``NOSCRIPT``) gets
+  it loaded (``SCRIPT LOAD`` on that node only, so one master down elsewhere does not fail the
+  call) and the call is sent again. Read-only scripts go through plain ``EVALSHA`` here
+  (``EVALSHA_RO`` would cost redis-py a ``COMMAND GETKEYS`` round trip to route it).
+* **A slot migration pauses the namespace; it never splits a script.** While the slot
+  migrates, Redis refuses a script whose declared keys are not all on one node with
+  ``TRYAGAIN``. Every script that derives keys from the namespace root declares the root (a
+  key that never exists) and at least one other key, so no such script runs on either node
+  until the last key has moved (``docs/redis-layout.md``). redis-py retries ``TRYAGAIN`` only
+  briefly (16 redirections, then "TTL exhausted"); ``during_migration`` keeps retrying, with a
+  backoff, for up to ``MIGRATION_WAIT`` seconds, then the call is ``StoreUnavailable`` (a
+  refused script never ran, so a retry is safe).
+* **Server questions asked of the right nodes.** ``TIME`` of the slot's master (the clock of
+  the node that runs the scripts), ``HELLO`` of the same, and the durability settings (``INFO``)
+  of every node: a replica's settings matter the moment it is promoted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from chongming_redis.errors import StoreError, StoreUnavailable
+from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
+
+T = TypeVar("T")
+
+#: How long a call waits for its namespace's slot to finish migrating (``TRYAGAIN``).
+MIGRATION_WAIT = 60.0
+#: ``durability_replicas`` needs ``WAIT`` on the connection of the write, which redis-py's
+#: cluster client cannot route: refused until the store sends it to the slot's master itself.
+NO_CLUSTER_WAIT = "durability_replicas is not supported on Redis Cluster (cluster=True) yet"
+#: A script call loads the script on the node that answered ``NOSCRIPT`` at most this often
+#: (a failover during the call can move it to a node that needs it too).
+SCRIPT_LOADS = 3
+
+
+def connect_cluster(
+    url: str,
+    *,
+    socket_timeout: float,
+    socket_connect_timeout: float,
+    retries: int,
+    **options: Any,
+) -> RedisCluster:
+    """A ``RedisCluster`` from ``url`` (one node's ``redis://`` or ``rediss://`` URL; the client
+    discovers the others), with the single-node store's timeouts and retries (redis-py's
+    cluster client retries a failed connection ``retries`` times, refreshing the slot map
+    first). It connects at once: an unreachable cluster is ``StoreUnavailable``, a server
+    that is not a cluster node ``StoreError``, a bad URL ``ValueError``."""
+    try:
+        return RedisCluster.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
+            decode_responses=False,
+            **options,
+        )
+    except ValueError as exc:
+        raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise StoreUnavailable(f"Redis Cluster is unreachable: {exc}") from exc
+    except redis.exceptions.RedisClusterException as exc:
+        raise _cluster_error(url, exc) from exc
+    except redis.exceptions.RedisError as exc:
+        raise StoreError(f"Redis Cluster error: {exc}") from exc
+
+
+def _address(url: str) -> str:
+    """``host:port`` of ``url`` for messages (never its password), else its scheme."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname}:{parts.port or 6379}" if parts.hostname else url.split(":")[0]
+    except ValueError:
+        return url.split(":")[0]
+
+
+def _cluster_error(url: str, exc: Exception) -> Exception:
+    """redis-py's ``RedisClusterException`` at connection as the store's error."""
+    message, shown = str(exc), _address(url)
+    if "not enabled" in message:  # "Cluster mode is not enabled on this node"
+        return StoreError(f"{shown} is not a Redis Cluster node (cluster mode is not enabled)")
+    if "cannot be connected" in message:
+        return StoreUnavailable(f"Redis Cluster is unreachable: {message.split('node: ')[-1]}")
+    if "Unix" in message or "db" in message:
+        return ValueError(f"bad Redis URL for a cluster ({shown}): {message}")
+    return StoreError(f"Redis Cluster at {shown}: {message}")
+
+
+class ClusterCalls:
+    """The calls of one namespace's store that a cluster routes differently (see the
+    module's docstring). ``key`` is any key of the namespace: it names the slot."""
+
+    def __init__(self, client: RedisCluster, key: str) -> None:
+        self.client: Any = client  # redis-py's cluster methods are untyped
+        self.key = key
+
+    @classmethod
+    def of(cls, client: object, key: str) -> ClusterCalls | None:
+        """The cluster calls of ``client`` if it is a ``RedisCluster``, else ``None``."""
+        return cls(client, key) if isinstance(client, RedisCluster) else None
+
+    def node(self) -> Any:
+        """The master that holds the namespace's slot, as the client knows it now."""
+        return self.client.get_node_from_key(self.key)
+
+    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """``EVALSHA`` routed by ``keys``; ``NOSCRIPT`` loads it there and sends it again."""
+        return during_migration(lambda: self._evalsha(script, keys, args))
+
+    def _evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        loads = 0
+        while True:
+            try:
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                loads += 1
+                if loads > SCRIPT_LOADS:
+                    raise
+                # The slot's master first; if the script is still missing where the call
+                # went (the slot moved meanwhile), every master.
+                nodes = [self.node()] if loads == 1 else self.client.get_primaries()
+                self._load(script, nodes)
+
+    def _load(self, script: Script, nodes: Sequence[Any]) -> None:
+        for node in nodes:
+            try:
+                self.client.execute_command("SCRIPT LOAD", script.script, target_nodes=node)
+            except redis.exceptions.ConnectionError:
+                continue  # a master that is down runs nothing: it needs no script
+
+    def call(self, call: Callable[[], T]) -> T:
+        """A plain command (or transaction) of the namespace, retried while its slot
+        migrates."""
+        return during_migration(call)
+
+    def time(self) -> Any:
+        """``TIME`` of the slot's master: the clock of the node that runs the scripts."""
+        return self.client.execute_command("TIME", target_nodes=self.node())
+
+    def supports_script_flags(self) -> bool:
+        """``HELLO`` of the slot's master (Redis >= 7: script flags and ``EVALSHA_RO``)."""
+        return supports_script_flags(self.client.get_redis_connection(self.node()))
+
+    def check_server_settings(self) -> list[str]:
+        """Every node's durability settings (``_redis_server.check_server_settings``), the
+        replicas' too (a replica's settings matter the moment it is promoted): each node
+        warned about once, each problem returned once. A node that cannot be asked (down,
+        failing) is left out: the cluster itself reports it."""
+        problems: list[str] = []
+        for host, port in self.node_addresses():
+            node = self.client.nodes_manager.create_redis_node(
+                host, port, **self.client.nodes_manager.connection_kwargs
+            )
+            try:
+                for problem in check_server_settings(node):
+                    if problem not in problems:
+                        problems.append(problem)
+            except redis.exceptions.ConnectionError:
+                continue
+            finally:
+                node.close()
+        return problems
+
+    def node_addresses(self) -> list[tuple[str, int]]:
+        """``(host, port)`` of every node that ``CLUSTER NODES`` lists as reachable, masters
+        and replicas (redis-py's client knows only the masters)."""
+        listed = self.client.cluster_nodes()
+        addresses = []
+        for address, fields in listed.items():
+            flags = set(str(fields.get("flags", "")).split(","))
+            if flags & {"fail", "noaddr", "handshake"}:
+                continue
+            host, _, port = address.split("@")[0].rpartition(":")
+            addresses.append((host, int(port)))
+        return sorted(addresses)
+
+
+def during_migration(call: Callable[[], T], wait: float | None = None) -> T:
+    """``call()``, again while Redis answers that the slot is migrating: ``TRYAGAIN``, or
+    redis-py's "TTL exhausted" after redirections between the two nodes (``ASK``, then
+    ``TRYAGAIN``). Waits at most ``wait`` (default ``MIGRATION_WAIT``) seconds in all; the last
+    refusal is raised (``_redis_ops.errors`` makes it ``StoreUnavailable``)."""
+    deadline = time.monotonic() + (MIGRATION_WAIT if wait is None else wait)
+    delay = 0.005
+    while True:
+        try:
+            return call()
+        except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
+            if not is_migrating(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def is_migrating(exc: BaseException) -> bool:
+    """Whether ``exc`` says the slot is moving (nothing ran; a retry is safe)."""
+    if isinstance(exc, redis.exceptions.TryAgainError):
+        return True
+    return isinstance(exc, redis.exceptions.ClusterError) and "TTL exhausted" in str(exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, dataclass, field
 from typing import Any
 
@@ -218,6 +218,14 @@ def median_redis_us(rounds: Sequence[Round]) -> dict[int, float]:
             for s, rs in by_masters(rounds).items()}  # fmt: skip
 
 
+def median_of(rounds: Sequence[Round], value: Callable[[Round], float | None]) -> dict[str, float]:
+    """Per master count, the median of ``value`` over its rounds (``None``: not measured)."""
+    found = {
+        s: [v for r in rs if (v := value(r)) is not None] for s, rs in by_masters(rounds).items()
+    }
+    return {str(s): statistics.median(vs) for s, vs in found.items() if vs}
+
+
 def summary_table(rounds: Sequence[Round]) -> Table:
     """Over the repeated rounds: each master's Redis CPU per task (every master of every
     round), and the commands per task, per master count."""
@@ -250,12 +258,10 @@ def calibration(rounds: Sequence[Round], rtt_us: float, fed: Round | None) -> di
         "drainer_python_us_per_task": {
             str(r.masters): r.client_cpu_drain / r.tasks * 1e6 for r in rounds
         },
-        "fanout_page_redis_us": {
-            str(r.masters): r.reads.page_us for r in rounds if r.reads is not None
-        },
-        "fanout_counts_redis_us": {
-            str(r.masters): r.reads.counts_us for r in rounds if r.reads is not None
-        },
+        "fanout_page_redis_us": median_of(rounds, lambda r: r.reads.page_us if r.reads else None),
+        "fanout_counts_redis_us": median_of(
+            rounds, lambda r: r.reads.counts_us if r.reads else None
+        ),
         "round_trip_us": rtt_us,
         "feed_directory_us_per_task": feed_us,
         "rounds": [asdict(r) for r in rounds],

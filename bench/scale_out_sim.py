@@ -45,17 +45,18 @@ from rich.table import Table
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per-task costs. Defaults: ``bench.scale_out`` at 12,000 tasks (``docs/scale-out.md``)
-    and ``docs/performance.md`` for the worker (a real worker, not the prototype's drainer)."""
+    """Per-task costs. Defaults: ``bench.scale_out --repeat 3`` at 12,000 tasks, medians
+    (``docs/scale-out.md``), and ``docs/performance.md`` for the worker (a real worker, not the
+    prototype's drainer)."""
 
-    redis_us: float = 145.0  # Redis CPU per task on a shard master (create + start + commit)
+    redis_us: float = 159.0  # Redis CPU per task on a shard master (create + start + commit)
     worker_us: float = 120.0  # a worker process's Python CPU per task (bench.throughput)
     round_trips: float = 0.05  # worker round trips per task (bench.throughput)
-    rtt_us: float = 55.0  # bare loopback round trip
+    rtt_us: float = 50.0  # bare loopback round trip
     utilisation: float = 0.8  # of a core, for a master and for a worker process
-    feed_us: float = 23.0  # the global feed master's CPU per task (relay round)
-    page_us: tuple[float, float] = (1300.0, 550.0)  # a merged query page: a + b*S µs in all
-    counts_us: tuple[float, float] = (0.0, 20.0)  # a merged counts: a + b*S µs in all
+    feed_us: float = 13.7  # the global feed master's CPU per task (relay round)
+    page_us: tuple[float, float] = (2490.0, 1088.0)  # a merged query page: a + b*S µs in all
+    counts_us: tuple[float, float] = (0.4, 12.2)  # a merged counts: a + b*S µs in all
     pages_per_s: float = 10.0  # merged query pages per second (dashboards, CLI)
     counts_per_s: float = 10.0
     num_buckets: int = 64
@@ -74,6 +75,8 @@ def linear_fit(points: dict[int, float]) -> tuple[float, float]:
     b = sum((s - mean_s) * (c - mean_c) for s, c in points.items()) / sum(
         (s - mean_s) ** 2 for s in points
     )
+    if mean_c - b * mean_s < 0:  # a cost is never negative: the fit through the origin
+        return 0.0, sum(c * s for s, c in points.items()) / sum(s * s for s in points)
     return mean_c - b * mean_s, b
 
 

@@ -21,6 +21,7 @@ import typer
 from chongming_redis import cli_control, cli_dashboard, cli_read
 from chongming_redis.cli_common import (
     BucketsOpt,
+    ClusterOpt,
     DurabilityOpt,
     MaxAttemptsOpt,
     NamespaceOpt,
@@ -104,6 +105,7 @@ def worker(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
     concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
     prefetch: Annotated[
         int, typer.Option(help="at most this many started tasks wait for a slot (0: none)")
@@ -149,6 +151,8 @@ def worker(
         elif durability_replicas:
             raise UserError("--durability-replicas needs --redis: a private Redis has no "
                             "replicas")  # fmt: skip
+        elif cluster:
+            raise UserError("--cluster needs --redis: a private Redis is not a cluster")
         parent = processes > 1 or not (redis or store_url)
         # Before the app is imported: it may import prometheus_client (metrics/shared.py).
         with metrics_shared(port > 0 and parent) as metrics_dir:
@@ -162,7 +166,8 @@ def worker(
                                     worker_lease, grace, retry=retry, log_level=level,
                                     metrics_host=metrics_host, metrics_port=port,
                                     metrics_dir=metrics_dir, store_url=store_url,
-                                    durability_replicas=durability_replicas)  # fmt: skip
+                                    durability_replicas=durability_replicas,
+                                    cluster=cluster)  # fmt: skip
             configure_logging(level)
             if parent:
                 run_workers(options, processes)
@@ -188,6 +193,7 @@ def submit(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
     num_buckets: Annotated[
         int | None,
         typer.Option("--num-buckets", help="the namespace's bucket count (default: recorded)"),
@@ -208,7 +214,7 @@ def submit(
 
         task_app = load_app(app_spec)  # a bad APP: nothing opened, no SQLite file created
         store = open_store(redis, namespace, store_url=store_url, create=True,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         buckets = _namespace_buckets(store, namespace, num_buckets)
         client = Client(store, app=task_app, num_buckets=buckets, name=_cli_owner(),
                         owns_store=True)  # fmt: skip
@@ -250,13 +256,14 @@ def changes(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """The change feed as JSON lines: one per item, then {"next_cursor": ...} per page."""
     from chongming_redis.feed.follow import stream
 
     with user_errors():
         store = open_store(redis, namespace, store_url=store_url,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         try:
             stream(store, after=after, limit=limit, follow=follow, interval=interval,
                    write=lambda line: print(line, flush=True))  # fmt: skip
@@ -274,13 +281,14 @@ def prune(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """Drop the oldest terminal tasks beyond --keep, with their history."""
     with user_errors():
         if keep < 0:
             raise UserError(f"--keep must be at least 0, not {keep}")
         store = open_store(redis, namespace, store_url=store_url,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         terminal = sum(n for s, n in store.counts().items() if s.is_terminal)
         to_drop = max(0, terminal - keep)
         dropped = 0

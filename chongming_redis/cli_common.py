@@ -39,6 +39,8 @@ STORE_ENV = "CHONGMING_STORE_URL"
 REDIS_ENV = "CHONGMING_REDIS_URL"
 #: Where ``--durability-replicas`` is read from when not given.
 DURABILITY_ENV = "CHONGMING_DURABILITY_REPLICAS"
+#: Where ``--cluster`` is read from when not given (``1``, ``true``, ``yes`` or ``on``).
+CLUSTER_ENV = "CHONGMING_REDIS_CLUSTER"
 
 
 def _one_store(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
@@ -90,6 +92,12 @@ DurabilityOpt = Annotated[
                  callback=_replica_count,
                  help="Redis: a write counts as done only once N replicas confirmed it (WAIT), "
                       "else it fails as the store being unavailable (0: do not wait)"),
+]  # fmt: skip
+ClusterOpt = Annotated[
+    bool,
+    typer.Option("--cluster", envvar=CLUSTER_ENV,
+                 help="Redis: the URL names a node of a Redis Cluster (the namespace lives in "
+                      "one slot; the client finds the other nodes)"),
 ]  # fmt: skip
 NamespaceOpt = Annotated[
     str, typer.Option("--namespace", envvar="CHONGMING_NAMESPACE", help="store namespace")
@@ -153,6 +161,7 @@ def open_store(
     check_server: bool = True,
     create: bool = False,
     durability_replicas: int = 0,
+    cluster: bool = False,
 ) -> Any:
     """The namespace's store, from ``--redis`` or ``--store`` (``_one_store`` leaves at most
     one of them); fails with one line when the URL is bad or the server cannot be reached.
@@ -161,7 +170,8 @@ def open_store(
     ``create``: a SQLite file that is not there yet is created (a worker, a submit); else it is
     refused, so a mistyped path reads as an error, not as an empty database.
     ``durability_replicas`` (``--durability-replicas``, Redis only): writes wait for that
-    many replicas (``RedisTaskStore``)."""
+    many replicas (``RedisTaskStore``). ``cluster`` (``--cluster``, Redis only): the URL names a
+    node of a Redis Cluster (``RedisTaskStore.from_url(cluster=True)``)."""
     from chongming_redis.stores.urls import open_store_url
 
     url = store_target(redis_url, store_url, namespace)
@@ -172,6 +182,11 @@ def open_store(
             raise UserError("--durability-replicas is for Redis (replicas WAIT counts); "
                             f"{shown_url(url)!r} is not a Redis URL")  # fmt: skip
         options["durability_replicas"] = durability_replicas
+    if cluster:
+        if parse_kind(url) not in (None, "redis"):
+            raise UserError(f"--cluster is for Redis Cluster; {shown_url(url)!r} is not a "
+                            "Redis URL")  # fmt: skip
+        options["cluster"] = True
     if parse_kind(url) == "postgresql":
         # psycopg's pool logs every failed reconnection attempt (a warning each, with a second
         # line): the CLI says an outage once (a command's error line, a worker's outage log).

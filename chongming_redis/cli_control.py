@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from chongming_redis.cli_common import (
+    ClusterOpt,
     DurabilityOpt,
     JsonOpt,
     NamespaceOpt,
@@ -44,13 +45,17 @@ TimeoutOpt = Annotated[
 
 
 def open_client(
-    redis_url: str | None, namespace: str, store_url: str | None, durability_replicas: int = 0
+    redis_url: str | None,
+    namespace: str,
+    store_url: str | None,
+    durability_replicas: int = 0,
+    cluster: bool = False,
 ) -> Client:
     from chongming_redis.client import Client
 
     name = f"cli-{os.uname().nodename}-{os.getpid()}"
     store = open_store(redis_url, namespace, store_url=store_url,
-                       durability_replicas=durability_replicas)  # fmt: skip
+                       durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
     return Client(store, name=name, owns_store=True)
 
 
@@ -79,11 +84,12 @@ def control_command(action: str) -> Callable[..., None]:
         store_url: StoreOpt = None,
         namespace: NamespaceOpt = "default",
         durability_replicas: DurabilityOpt = 0,
+        cluster: ClusterOpt = False,
     ) -> None:
         with user_errors():
             from chongming_redis.client import CommandTimeout
 
-            client = open_client(redis, namespace, store_url, durability_replicas)
+            client = open_client(redis, namespace, store_url, durability_replicas, cluster)
             began = time.monotonic()
             try:
                 outcome = getattr(client, action)(task_id, wait=wait, timeout=timeout)
@@ -152,6 +158,7 @@ def retry(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """Give a FAILED, STOPPED or LOST task a new attempt (PENDING now, any worker runs it).
 
@@ -160,7 +167,7 @@ def retry(
     with user_errors():
         from chongming_redis.client import TaskNotFound
 
-        client = open_client(redis, namespace, store_url, durability_replicas)
+        client = open_client(redis, namespace, store_url, durability_replicas, cluster)
         try:
             client.retry(task_id)
             snapshot = client.get(task_id)
@@ -182,6 +189,7 @@ def result(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """Print a finished task's result as JSON; exit 3 if it ended without one.
 
@@ -192,7 +200,7 @@ def result(
     with user_errors():
         waited = _wait_all([task_id], (redis, store_url), namespace, timeout=0.0,
                            json_out=True, bar=False,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
     raise typer.Exit(waited)
 
 
@@ -206,6 +214,7 @@ def wait(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """Wait until the tasks finish; print one line per task with its outcome and result.
 
@@ -217,17 +226,17 @@ def wait(
     with user_errors():
         status = _wait_all(task_ids, (redis, store_url), namespace, timeout=timeout,
                            json_out=json_out, bar=len(task_ids) > 1,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
     raise typer.Exit(status)
 
 
 def _wait_all(task_ids: list[str], urls: tuple[str | None, str | None], namespace: str, *,
               timeout: float | None, json_out: bool, bar: bool,
-              durability_replicas: int = 0) -> int:  # fmt: skip
+              durability_replicas: int = 0, cluster: bool = False) -> int:  # fmt: skip
     """Wait for each task in turn (one shared deadline); the exit status."""
     from chongming_redis.client import TaskNotFinished, TaskNotFound
 
-    client = open_client(urls[0], namespace, urls[1], durability_replicas)
+    client = open_client(urls[0], namespace, urls[1], durability_replicas, cluster)
     missing = [task_id for task_id in task_ids if client.get(task_id) is None]
     if missing:  # refused before waiting for the others: no half-written report
         client.close()

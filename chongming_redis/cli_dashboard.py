@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from chongming_redis.cli_common import (
+    ClusterOpt,
     DurabilityOpt,
     NamespaceOpt,
     RedisOpt,
@@ -38,6 +39,7 @@ def dashboard(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8000,
     allow_control: Annotated[
@@ -71,7 +73,7 @@ def dashboard(
         if not 0 <= port <= 65535:
             raise UserError(f"--port must be from 0 to 65535, not {port}")
         store = open_store(redis, namespace, store_url=store_url, check_server=False,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         sock = _listen(host, port)
         control_token = (token or secrets.token_urlsafe(24)) if allow_control else None
         hosts = allowed_hosts(host, allowed_host or [])

@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from chongming_redis.cli_common import (
+    ClusterOpt,
     DurabilityOpt,
     JsonOpt,
     MaxAttemptsOpt,
@@ -78,6 +79,7 @@ def tasks(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """List tasks: id, name, status, progress, attempt, bucket, created, holder."""
     with user_errors():
@@ -90,7 +92,7 @@ def tasks(
             newest_first=newest_first,
         )  # fmt: skip
         store = open_store(redis, namespace, store_url=store_url, check_server=False,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         found = store.query(query)
         if as_json:
             from chongming_redis.cli_json import task_json
@@ -119,11 +121,12 @@ def show(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """One task: its fields, its failure's traceback, and its history as a timeline."""
     with user_errors():
         store = open_store(redis, namespace, store_url=store_url, check_server=False,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         snapshot = store.get(task_id)
         if snapshot is None:
             empty = sum(store.counts().values()) == 0
@@ -148,11 +151,12 @@ def stats(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """Counts per status and per bucket, the workers and their buckets."""
     with user_errors():
         store = open_store(redis, namespace, store_url=store_url, check_server=False,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         counts = store.counts()
         per_bucket = store.bucket_counts()
         workers, owners = store.pool_state()
@@ -185,6 +189,7 @@ def reconcile(
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
     durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
 ) -> None:
     """Mark tasks whose lease expired LOST (and queue retries) once; say what was done.
 
@@ -195,7 +200,7 @@ def reconcile(
     with user_errors():
         retry = retry_policy(max_attempts, retry_backoff)
         store = open_store(redis, namespace, store_url=store_url,
-                           durability_replicas=durability_replicas)  # fmt: skip
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
         report = Controller(store, owner=_cli_owner(), retry=retry).reconcile()
         if as_json:
             from chongming_redis.cli_json import reconcile_json

@@ -61,6 +61,8 @@ class WorkerOptions:
     store_url: str | None = None
     #: ``--durability-replicas``: writes wait for that many Redis replicas.
     durability_replicas: int = 0
+    #: ``--cluster``: the Redis URL names a node of a Redis Cluster.
+    cluster: bool = False
 
 
 def log_level(text: str) -> str:
@@ -115,7 +117,8 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     app = load_app(options.app_spec)
     events = worker_metrics(options, app, serve=not child)  # the port first: fail fast
     store = open_store(options.redis, options.namespace, store_url=options.store_url,
-                       create=True, durability_replicas=options.durability_replicas)  # fmt: skip
+                       create=True, durability_replicas=options.durability_replicas,
+                       cluster=options.cluster)  # fmt: skip
     owner = f"{os.uname().nodename}-{os.getpid()}"
     retry = options.retry or RetryPolicy()
     config = polling_for(store, options.config)

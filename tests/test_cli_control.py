@@ -21,7 +21,7 @@ import pytest
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget
+from tests.support.store_targets import WITH_CLUSTER, StoreTarget
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -29,12 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = "tests.support.cli_app:app"
 
 
-def cli(*args: str, url: str, namespace: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, url: str, namespace: str, cluster: bool = False
+) -> subprocess.CompletedProcess[str]:
     """The CLI with the store in the environment: ``CHONGMING_REDIS_URL`` for a Redis URL,
-    ``CHONGMING_STORE_URL`` for another store."""
+    ``CHONGMING_STORE_URL`` for another store, ``CHONGMING_REDIS_CLUSTER=1`` on a cluster."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
     url_env = "CHONGMING_REDIS_URL" if url.startswith(("redis", "unix")) else "CHONGMING_STORE_URL"
     env.update({url_env: url, "CHONGMING_NAMESPACE": namespace})
+    if cluster:
+        env["CHONGMING_REDIS_CLUSTER"] = "1"
     return subprocess.run([sys.executable, "-m", "chongming_redis.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
 
@@ -81,9 +85,11 @@ def worker(target: StoreTarget, tmp_path: Path) -> Iterator[subprocess.Popen[byt
             process.wait()
 
 
-def submit(name: str, params: dict[str, Any], url: str, namespace: str) -> str:
+def submit(
+    name: str, params: dict[str, Any], url: str, namespace: str, cluster: bool = False
+) -> str:
     out = ok(cli("submit", APP, name, f"--params={json.dumps(params)}", url=url,
-                 namespace=namespace))  # fmt: skip
+                 namespace=namespace, cluster=cluster))  # fmt: skip
     return out.split()[-1]
 
 
@@ -104,28 +110,29 @@ def outcome_line(out: str) -> tuple[str, str, str, int]:
     return action, task_id, outcome, int(ms)
 
 
-@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
 def test_stop_pause_resume_of_a_task_a_worker_process_runs_print_outcome_and_latency(
     target: StoreTarget, store: Any, worker: Any
 ) -> None:
     """On every store: the worker and the commands are given its URL (``--store``, or
-    ``CHONGMING_STORE_URL``), and the commands reach the worker's process without nudges."""
-    url, namespace = target.url, target.namespace
-    task_id = submit("spin", {"seconds": 60}, url, namespace)
+    ``CHONGMING_STORE_URL``), and the commands reach the worker's process without nudges; on
+    Redis Cluster (``--redis URL --cluster``, or ``CHONGMING_REDIS_CLUSTER=1``) too."""
+    url, namespace, cluster = target.url, target.namespace, target.kind == "cluster"
+    on = {"url": url, "namespace": namespace, "cluster": cluster}
+    task_id = submit("spin", {"seconds": 60}, url, namespace, cluster)
     wait_status(store, task_id, TaskStatus.RUNNING)
-    assert outcome_line(ok(cli("pause", task_id, url=url, namespace=namespace)))[:3] == (
+    assert outcome_line(ok(cli("pause", task_id, **on)))[:3] == (
         "pause", task_id, "paused")  # fmt: skip
     assert store.get(task_id).status is TaskStatus.PAUSED  # type: ignore[union-attr]
-    again = ok(cli("pause", task_id, url=url, namespace=namespace))
+    again = ok(cli("pause", task_id, **on))
     assert outcome_line(again)[2] == "already-paused" and "was already paused" in again
-    assert outcome_line(ok(cli("resume", task_id, url=url, namespace=namespace)))[2] == "resumed"
-    action, shown_id, outcome, ms = outcome_line(ok(cli("stop", task_id, url=url,
-                                                        namespace=namespace)))  # fmt: skip
+    assert outcome_line(ok(cli("resume", task_id, **on)))[2] == "resumed"
+    action, shown_id, outcome, ms = outcome_line(ok(cli("stop", task_id, **on)))  # fmt: skip
     assert (action, shown_id, outcome) == ("stop", task_id, "stopped") and ms < 30_000
     assert store.get(task_id).status is TaskStatus.STOPPED  # type: ignore[union-attr]
-    finished = ok(cli("stop", task_id, url=url, namespace=namespace))
+    finished = ok(cli("stop", task_id, **on))
     assert outcome_line(finished)[2] == "already-terminal" and "had already finished" in finished
-    document = json.loads(ok(cli("stop", task_id, "--json", url=url, namespace=namespace)))
+    document = json.loads(ok(cli("stop", task_id, "--json", **on)))
     assert document["outcome"] == "already-terminal" and document["task_id"] == task_id
     assert isinstance(document["latency_ms"], float)
 

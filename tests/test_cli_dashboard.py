@@ -20,7 +20,7 @@ import pytest
 
 from chongming_redis.runtime.controller import Controller
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget
+from tests.support.store_targets import WITH_CLUSTER, StoreTarget
 from tests.test_cli_control import one_error_line
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -70,10 +70,11 @@ def dashboard(
                 proc.communicate()
 
 
-@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
 def test_it_serves_the_pages_read_only_by_default(target: StoreTarget) -> None:
     """On every store, given in the environment (``CHONGMING_STORE_URL`` for SQLite and
-    PostgreSQL): it says which store it shows, and serves its tasks."""
+    PostgreSQL; ``--cluster`` on Redis Cluster): it says which store it shows, and serves its
+    tasks."""
     from chongming_redis.stores.urls import parse_store_url
     from tests.support.pool_app import app
 
@@ -81,7 +82,7 @@ def test_it_serves_the_pages_read_only_by_default(target: StoreTarget) -> None:
     task_id = Controller(store, app=app).submit("work", {"ms": 1})
     store.close()
     where = parse_store_url(target.url).where(target.namespace)
-    with dashboard(url=target.url, namespace=target.namespace) as (base, lines):
+    with dashboard(*target.flags, url=target.url, namespace=target.namespace) as (base, lines):
         assert lines[0].startswith(f"dashboard of {where}: "), lines[0]
         assert lines[1].startswith("read-only")
         assert httpx.get(base + "/").status_code == 200

@@ -19,7 +19,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc, free_port
-from tests.support.store_targets import STORE_KINDS, StoreTarget
+from tests.support.store_targets import WITH_CLUSTER, StoreTarget
 from tests.test_cli import APP, ROOT, cli, user_error
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -40,7 +40,7 @@ def test_a_parent_whose_children_cannot_start_exits_non_zero() -> None:
     assert "Traceback" not in err.splitlines()[-1]
 
 
-@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
 def test_a_child_that_dies_is_restarted_and_logged(target: StoreTarget) -> None:
     """On every store: the parent imports the store's module and forks; each child opens its
     own connections (a SQLite or PostgreSQL connection never crosses a fork)."""

@@ -1,5 +1,6 @@
 """The worker runtime with real processes and a real Redis (RELIABILITY F1, F2, F3, F18); a and b
-also on a SQLite file and on PostgreSQL (``STORE_KINDS``: stores without nudges, polled).
+also on a SQLite file and on PostgreSQL (stores without nudges, polled), and on Redis Cluster
+(``WITH_CLUSTER``).
 
 Every worker is a real OS process (``python -m tests.support.runtime_app``) running
 ``Controller.run_forever`` on the store of its ``--url``; the test process is a pure client
@@ -47,7 +48,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support import runtime_app
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget
+from tests.support.store_targets import WITH_CLUSTER, StoreTarget
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -113,7 +114,8 @@ class Apps:
         stderr_path = self.tmp / f"{owner}.stderr"
         command = [sys.executable, "-m", "tests.support.runtime_app", "--url", self.target.url,
                    "--namespace", self.target.namespace, "--owner", owner, "--events",
-                   str(events), *fx_options(self.target, self.tmp), *args]  # fmt: skip
+                   str(events), *fx_options(self.target, self.tmp), *self.target.flags,
+                   *args]  # fmt: skip
         with stderr_path.open("wb") as err:
             proc = subprocess.Popen(
                 command,
@@ -257,7 +259,7 @@ def store(target: StoreTarget) -> Iterator[Any]:
 # -- a. control from another process --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
 def test_pause_resume_stop_from_another_process(
     target: StoreTarget, store: Any, coord: Any, tmp_path: Path
 ) -> None:
@@ -330,7 +332,7 @@ def test_pause_resume_stop_from_another_process(
 # -- b. SIGKILL of the holder ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
 def test_sigkill_holder_lost_only_after_lease_then_retried(
     target: StoreTarget, store: Any, coord: Any, tmp_path: Path
 ) -> None:

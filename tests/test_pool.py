@@ -43,7 +43,7 @@ from chongming_redis.runtime.pool import BucketPool, rendezvous
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.worker_processes import WorkerProcesses
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import STORE_KINDS, StoreTarget
+from tests.support.store_targets import WITH_CLUSTER, StoreTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_BUCKETS = 16
@@ -511,10 +511,11 @@ class Workers(WorkerProcesses):
 
     def __init__(self, target: StoreTarget, tmp: Path) -> None:
         super().__init__(POOL_APP, target.url, target.namespace, logdir=tmp, cwd=ROOT)
+        self.flags = target.flags
 
     def start(self, *extra: str, num_buckets: int = NUM_BUCKETS) -> str:
         options = ["--concurrency=4", f"--num-buckets={num_buckets}", "--task-lease=2",
-                   "--worker-lease=2", "--grace=2", *extra]  # fmt: skip
+                   "--worker-lease=2", "--grace=2", *self.flags, *extra]  # fmt: skip
         return self.owner(self.spawn(options))
 
     def stderr(self) -> str:
@@ -619,7 +620,7 @@ def test_three_workers_run_600_tasks_each_started_once_by_its_buckets_owner(
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("target", STORE_KINDS, indirect=True)
+@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
 def test_sigkill_of_a_worker_moves_its_buckets_and_its_tasks_are_retried(
     pool_env: tuple[Workers, Any, Controller], target: StoreTarget, tmp_path: Path
 ) -> None:

@@ -218,6 +218,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--retry-delay", type=float, default=0.2)
     parser.add_argument("--grace", type=float, default=1.0)
     parser.add_argument("--socket-timeout", type=float, default=2.0)
+    parser.add_argument("--cluster", action="store_true", help="--url names a Redis Cluster node")
     return parser.parse_args(argv)
 
 
@@ -233,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     store: Any = open_store_url(
         args.url,
         namespace=args.namespace,
-        redis_options={"socket_timeout": args.socket_timeout, "socket_connect_timeout": 1.0},
+        redis_options={
+            "socket_timeout": args.socket_timeout,
+            "socket_connect_timeout": 1.0,
+            "cluster": args.cluster,
+        },
     )
     # The side effect goes through its own client without retries, so a Redis outage costs a
     # counted error, never a hidden double INCR (RELIABILITY fact 2).

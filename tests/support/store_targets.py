@@ -3,10 +3,11 @@ on Redis, on a SQLite file and on PostgreSQL (the runtime on any store, issue 15
 
 ``store_target(request, kind, tmp_path, namespace)`` (a generator for a fixture) gives a
 ``StoreTarget``: ``url`` and ``namespace`` for the worker command (``cli_args``), ``open()``
-for the test process's own store. Redis and PostgreSQL come from the session's servers
-(``redis_proc``, ``postgres_proc``: a missing server fails in CI, skips elsewhere); a SQLite
-target is a new file in the test's temporary directory, whose namespace is ``default`` (a file
-holds one). A PostgreSQL target's schema is dropped at the end.
+for the test process's own store. Redis, Redis Cluster and PostgreSQL come from the session's
+servers (``redis_proc``, ``redis_cluster``, ``postgres_proc``: a missing server fails in CI,
+skips elsewhere); a SQLite target is a new file in the test's temporary directory, whose
+namespace is ``default`` (a file holds one). A PostgreSQL target's schema and a cluster
+target's namespace are dropped at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from chongming_redis.stores.urls import DEFAULT_NAMESPACE, open_store_url
 
 #: The stores every parameterised real-process test runs on.
 STORE_KINDS = ("redis", "sqlite", "postgres")
+#: ... and a few representative ones also on Redis Cluster (``redis_cluster``: 3 masters, 3
+#: replicas; the namespace's slot lives on one of them), given ``--redis URL --cluster``.
+WITH_CLUSTER = (*STORE_KINDS, "cluster")
 
 
 @dataclass(frozen=True)
@@ -32,15 +36,22 @@ class StoreTarget:
 
     @property
     def option(self) -> str:
-        """The worker command's option for ``url``: ``--redis`` as ever, ``--store`` for the
-        others."""
-        return "--redis" if self.kind == "redis" else "--store"
+        """The worker command's option for ``url``: ``--redis`` as ever (a cluster's too),
+        ``--store`` for the others."""
+        return "--redis" if self.kind in ("redis", "cluster") else "--store"
+
+    @property
+    def flags(self) -> list[str]:
+        """What the command line adds for this store: ``--cluster`` on a cluster."""
+        return ["--cluster"] if self.kind == "cluster" else []
 
     def cli_args(self) -> list[str]:
-        return [f"{self.option}={self.url}", f"--namespace={self.namespace}"]
+        return [f"{self.option}={self.url}", f"--namespace={self.namespace}", *self.flags]
 
     def open(self, **redis_options: Any) -> Any:
         """A new store on the target (``redis_options``: timeouts, for Redis only)."""
+        if self.kind == "cluster":
+            redis_options = {**redis_options, "cluster": True}
         return open_store_url(self.url, namespace=self.namespace, redis_options=redis_options)
 
 
@@ -49,6 +60,14 @@ def store_target(
 ) -> Iterator[StoreTarget]:
     if kind == "redis":
         yield StoreTarget(kind, request.getfixturevalue("redis_proc").url, namespace)
+    elif kind == "cluster":
+        target = StoreTarget(kind, request.getfixturevalue("redis_cluster").url, namespace)
+        yield target
+        store = target.open(check_server=False)
+        try:
+            store.drop_namespace()
+        finally:
+            store.close()
     elif kind == "sqlite":
         yield StoreTarget(kind, f"sqlite://{tmp_path / 'tasks.sqlite3'}", DEFAULT_NAMESPACE)
     elif kind == "postgres":

@@ -194,9 +194,15 @@ def ops_table(title: str, rows: Sequence[OpsRow], bare: str) -> Table:
     for column in ("µs/call", "ops/s", "ratio to bare", f"bare µs ({bare})"):
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(row.call, f"{1e6 / row.ops:,.0f}", f"{row.ops:,.0f}", f"{row.ratio:.2f}",
-                      f"{1e6 / row.bare:,.0f}")  # fmt: skip
+        table.add_row(row.call, micros(1 / row.ops), f"{row.ops:,.0f}", f"{row.ratio:.2f}",
+                      micros(1 / row.bare))  # fmt: skip
     return table
+
+
+def micros(seconds: float) -> str:
+    """µs, with a decimal below 10 (the in-memory store's calls)."""
+    us = seconds * 1e6
+    return f"{us:.1f}" if us < 10 else f"{us:,.0f}"
 
 
 def ratios_table(runs: dict[str, Sequence[OpsRow]]) -> Table:
@@ -207,20 +213,65 @@ def ratios_table(runs: dict[str, Sequence[OpsRow]]) -> Table:
         table.add_column(store, justify="right")
     calls = [row.call for row in next(iter(runs.values()))]
     for i, call in enumerate(calls):
-        table.add_row(call, *(f"{rows[i].ratio:.2f} ({1e6 / rows[i].ops:,.0f})"
+        table.add_row(call, *(f"{rows[i].ratio:.2f} ({micros(1 / rows[i].ops)})"
                               for rows in runs.values()))  # fmt: skip
-    means = [statistics.mean(1e6 / r.bare for r in rows) for rows in runs.values()]
-    table.add_row("bare round trip, mean µs", *(f"{mean:,.0f}" for mean in means))
+    means = [statistics.mean(1 / r.bare for r in rows) for rows in runs.values()]
+    table.add_row("bare round trip, mean µs", *(micros(mean) for mean in means))
     return table
 
 
-def scaling_table(store: str, small: int, small_s: float, large: int, large_s: float) -> Table:
+def scale_and_prune(
+    name: str, store: Any, small: int, large: int, *, batched: bool,
+    size: Callable[[], int] | None = None, size_name: str = "", size_target: str = "",
+    rounds: int = 300, analyze: Callable[[], object] | None = None,
+) -> Table:  # fmt: skip
+    """The bucket query at ``small`` and ``large`` tasks, the space per task (``size()``: the
+    store's bytes, before and after), and the prune of every other task once finished; a
+    summary table. ``rounds``: queries timed at each size. ``analyze``: the query is timed
+    again at each size once it ran (PostgreSQL: ``ANALYZE``, which autovacuum runs within a
+    minute or so of a bulk load; until then the planner's statistics are stale)."""
+    before = size() if size else 0
+    fill(store, 0, small, batched=batched)
+    latencies = [query_latency(store, rounds)]
+    if analyze:
+        analyze()
+        latencies.append(query_latency(store, rounds))
+    fill(store, small, large, batched=batched)
+    after = size() if size else 0
+    latencies.append(query_latency(store, rounds))
+    if analyze:
+        analyze()
+        latencies.append(query_latency(store, rounds))
+    finish_every_other(store, large, batched=batched)
+    started = time.perf_counter()
+    pruned = store.prune(keep_terminal=0)
+    prune_seconds = time.perf_counter() - started
+    if analyze:
+        summary = scaling_table(name, small, latencies[0], large, latencies[2], " as loaded")
+        add_scaling(summary, small, latencies[1], large, latencies[3], " after ANALYZE")
+    else:
+        summary = scaling_table(name, small, latencies[0], large, latencies[1])
+    if size:
+        summary.add_row(size_name, f"{(after - before) / large:,.0f} bytes", size_target)
+    summary.add_row(f"prune of {pruned:,} tasks", f"{prune_seconds:.2f} s", "")
+    return summary
+
+
+def scaling_table(
+    store: str, small: int, small_s: float, large: int, large_s: float, when: str = ""
+) -> Table:
     """The bucket query at two sizes, the start of a store's summary table."""
     summary = Table(title=f"{store}: queries, space, prune")
     summary.add_column("measure")
     summary.add_column("value", justify="right")
     summary.add_column("target", justify="right")
-    summary.add_row(f"query p50 at {small:,} tasks", f"{small_s * 1e6:,.0f} µs", "")
-    summary.add_row(f"query p50 at {large:,} tasks", f"{large_s * 1e6:,.0f} µs", "")
-    summary.add_row("ratio large/small", f"{large_s / small_s:.2f}", "<= 1.5")
+    add_scaling(summary, small, small_s, large, large_s, when)
     return summary
+
+
+def add_scaling(
+    summary: Table, small: int, small_s: float, large: int, large_s: float, when: str
+) -> None:
+    summary.add_row(f"query p50 at {small:,} tasks{when}", f"{small_s * 1e6:,.0f} µs", "")
+    summary.add_row(f"query p50 at {large:,} tasks{when}", f"{large_s * 1e6:,.0f} µs", "")
+    summary.add_row(f"ratio large/small{when}", f"{large_s / small_s:.2f}", "<= 1.5")

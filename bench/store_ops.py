@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.store_ops                  # every store, full sizes
     .venv/bin/python -m bench.store_ops --quick          # smaller, for a smoke check
-    .venv/bin/python -m bench.store_ops --store sqlite   # one store: redis|sqlite|postgres|all
+    .venv/bin/python -m bench.store_ops --store sqlite   # memory|redis|sqlite|postgres|all
 
 It starts its own servers: a redis-server on a free loopback port (AOF off, so the figures
 are Redis and client work, not fsync) and a private PostgreSQL (``initdb`` in a temporary
@@ -14,7 +14,8 @@ it prints:
    its ratio to the store's own bare round trip on the same server or file, each call
    alternating with one bare call (target on Redis: >= 0.8 for every single-task call). The
    bare round trip: Redis, an ``EVALSHA`` of a trivial compare-and-set script on the same
-   connection; SQLite and PostgreSQL, see ``bench.store_ops_sql``;
+   connection; SQLite and PostgreSQL, see ``bench.store_ops_sql``; in-memory, a compare-and-set
+   of a dict under a lock (no I/O: there, a call's µs are its Python work);
 2. latency of a bucket-filtered ``PENDING`` query with ``limit=50`` at 10k and at 100k tasks,
    and their ratio (target: <= 1.5);
 3. bytes per stored task for a typical pending task with two tags, every index included
@@ -30,7 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
+import threading
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
@@ -39,15 +40,13 @@ from bench.drains import load_average
 from bench.store_calls import (
     OpsRow,
     cas_values,
-    fill,
-    finish_every_other,
     measure_ops,
     ops_table,
-    query_latency,
     ratios_table,
-    scaling_table,
+    scale_and_prune,
 )
 from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 
 BARE_CAS = """
@@ -55,7 +54,7 @@ local v = redis.call('HGET', KEYS[1], 'v')
 if v == ARGV[1] then redis.call('HSET', KEYS[1], 'v', ARGV[2]) return 1 end
 return 0
 """
-STORES = ("redis", "sqlite", "postgres")
+STORES = ("memory", "redis", "sqlite", "postgres")
 
 
 def redis_bare(store: RedisTaskStore) -> Callable[[int], object]:
@@ -80,31 +79,48 @@ def run_redis(console: Console, n_ops: int, small: int, large: int) -> list[OpsR
         client = server.client()
         client.slowlog_reset()
         mem_store = RedisTaskStore.from_url(server.url, namespace="bench-mem", check_server=False)
-        before = int(client.info("memory")["used_memory"])
-        fill(mem_store, 0, small, batched=False)
-        small_latency = query_latency(mem_store)
-        fill(mem_store, small, large, batched=False)
-        after = int(client.info("memory")["used_memory"])
-        large_latency = query_latency(mem_store)
-        finish_every_other(mem_store, large, batched=False)  # then prune them all, in batches
-        start = time.perf_counter()
-        pruned = mem_store.prune(keep_terminal=0)
-        prune_seconds = time.perf_counter() - start
+        summary = scale_and_prune(
+            "Redis", mem_store, small, large, batched=False,
+            size=lambda: int(client.info("memory")["used_memory"]),
+            size_name="used_memory per pending task (2 tags)", size_target="<= 700",
+        )  # fmt: skip
         slow = [e for e in client.slowlog_get(128) if b"EVALSHA" in (e.get("command") or b"")]
         worst_us = max((int(e["duration"]) for e in slow), default=0)
         for entry in slow:
             console.print(f"slow: {entry['duration']} µs {entry['command'][:120]!r}")
-
-        summary = scaling_table("Redis", small, small_latency, large, large_latency)
-        summary.add_row("bytes per pending task (2 tags)", f"{(after - before) / large:,.0f}",
-                        "<= 700")  # fmt: skip
-        summary.add_row(f"prune of {pruned:,} tasks", f"{prune_seconds:.2f} s", "")
         summary.add_row("script calls over 10 ms (SLOWLOG)", str(len(slow)), "0")
         summary.add_row("slowest of those", f"{worst_us / 1000:.1f} ms", "")
         console.print(summary)
         console.print(f"redis-server {client.info('server')['redis_version']}, AOF off")
     finally:
         server.stop()
+    return rows
+
+
+def memory_bare() -> Callable[[int], object]:
+    """The in-memory store's bare compare-and-set: what each of its methods wraps, one
+    critical section under a lock around a dict."""
+    lock, cell, values = threading.Lock(), {"v": 0}, cas_values()
+
+    def bare(i: int) -> object:
+        expected, new = next(values)
+        with lock:
+            if cell["v"] == expected:
+                cell["v"] = new
+        return None
+
+    return bare
+
+
+def run_memory(console: Console, n_ops: int, small: int, large: int) -> list[OpsRow]:
+    """No I/O at all: each call's µs is its Python work (checks, the codec's rows, indexes)."""
+    rows = measure_ops(InMemoryTaskStore(), memory_bare(), n_ops)
+    title = f"in-memory: protocol calls, {n_ops} calls each"
+    console.print(ops_table(title, rows, "lock + dict compare-and-set"))
+    # 30 queries at each size: every one reads every task (the reference store has no index)
+    summary = scale_and_prune("in-memory", InMemoryTaskStore(), small, large, batched=True,
+                              rounds=30)  # fmt: skip
+    console.print(summary)
     return rows
 
 
@@ -125,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     console.print(f"load average at start: {load_average()}")
     runs: dict[str, list[OpsRow]] = {}
     stores = STORES if options.store == "all" else (options.store,)
+    if "memory" in stores:
+        runs["in-memory"] = run_memory(console, n_ops, small, large)
     if "redis" in stores:
         runs["Redis"] = run_redis(console, n_ops, small, large)
     if "sqlite" in stores or "postgres" in stores:

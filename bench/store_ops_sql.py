@@ -22,24 +22,21 @@ from __future__ import annotations
 import os
 import sqlite3
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from rich.console import Console
 
 from bench.store_calls import (
     OpsRow,
     cas_values,
-    fill,
-    finish_every_other,
     measure_ops,
     ops_table,
-    query_latency,
-    scaling_table,
+    scale_and_prune,
 )
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore
@@ -95,7 +92,8 @@ def run_sqlite(console: Console, n_ops: int, small: int, large: int) -> list[Ops
         store = SqliteTaskStore(Path(tmp) / "space.sqlite3")
         try:
             summary = scale_and_prune(
-                "SQLite", store, small, large, size=lambda: sqlite_bytes(store.path),
+                "SQLite", store, small, large, batched=True,
+                size=lambda: sqlite_bytes(store.path),
                 size_name="file growth per pending task, WAL checkpointed (2 tags)",
             )  # fmt: skip
         finally:
@@ -146,6 +144,20 @@ def schema_bytes(dsn: str, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
+def analyze_schema(dsn: str, schema: str) -> None:
+    """``ANALYZE`` the schema's tables (what autovacuum does after a bulk load)."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        tables = connection.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+        for (table,) in tables:
+            connection.execute(
+                psycopg.sql.SQL("ANALYZE {}.{}").format(
+                    psycopg.sql.Identifier(schema), psycopg.sql.Identifier(table)
+                )
+            )
+
+
 def run_postgres(console: Console, n_ops: int, small: int, large: int) -> list[OpsRow]:
     with postgres_server() as server:
         store = PostgresTaskStore(server.dsn, schema="bench_ops")
@@ -163,8 +175,9 @@ def run_postgres(console: Console, n_ops: int, small: int, large: int) -> list[O
         store = PostgresTaskStore(server.dsn, schema="bench_space")
         try:
             summary = scale_and_prune(
-                "PostgreSQL", store, small, large,
+                "PostgreSQL", store, small, large, batched=True,
                 size=lambda: schema_bytes(server.dsn, "bench_space"),
+                analyze=lambda: analyze_schema(server.dsn, "bench_space"),
                 size_name="table growth per pending task, indexes incl. (2 tags)",
             )  # fmt: skip
         finally:
@@ -173,30 +186,6 @@ def run_postgres(console: Console, n_ops: int, small: int, large: int) -> list[O
         shown = ", ".join(f"{k} {v[0] if v else '?'}" for k, v in settings.items())
         console.print(f"PostgreSQL, a private server with the distribution's defaults: {shown}")
     return rows
-
-
-# -- both ---------------------------------------------------------------------------------------
-
-
-def scale_and_prune(
-    name: str, store: Any, small: int, large: int, *, size: Callable[[], int], size_name: str
-) -> Any:
-    """The bucket query at ``small`` and ``large`` tasks, the space per task, and the prune of
-    every other one once finished; a summary table."""
-    before = size()
-    fill(store, 0, small, batched=True)
-    small_latency = query_latency(store)
-    fill(store, small, large, batched=True)
-    after = size()
-    large_latency = query_latency(store)
-    finish_every_other(store, large, batched=True)
-    started = time.perf_counter()
-    pruned = store.prune(keep_terminal=0)
-    prune_seconds = time.perf_counter() - started
-    summary = scaling_table(name, small, small_latency, large, large_latency)
-    summary.add_row(size_name, f"{(after - before) / large:,.0f} bytes", "")
-    summary.add_row(f"prune of {pruned:,} tasks", f"{prune_seconds:.2f} s", "")
-    return summary
 
 
 def filesystem(path: str) -> str:

@@ -44,7 +44,8 @@ def task(task_id: str, version: int = 1) -> TaskSnapshot:
 
 
 def start_pair(aof: bool) -> tuple[EmbeddedRedis, EmbeddedRedis]:
-    settings = () if aof else ("--appendonly", "no")
+    # The replica's first copy at once (Redis 7 waits 5 s for more replicas to share it).
+    settings = ("--repl-diskless-sync-delay", "0", *(() if aof else ("--appendonly", "no")))
     primary = EmbeddedRedis(port=0, extra_args=settings).start()
     replica = EmbeddedRedis(port=0, extra_args=(*settings, "--replicaof", LOOPBACK,
                                                 str(primary.port))).start()  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.redis_server import RedisProc
-from tests.support.replicated_redis import start_replica, wait_replicas
+from tests.support.replicated_redis import start_primary, start_replica, wait_replicas
 from tests.test_cli import APP, cli, ok, user_error
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[RedisProc, RedisProc]]:
     request.getfixturevalue("redis_proc")  # skips, or fails in CI, without redis-server
-    primary = RedisProc()
+    primary = start_primary()
     try:
         replica = start_replica(primary.port)
         try:

@@ -29,8 +29,7 @@ import pytest
 
 from chongming_redis.stress.fault_proxy import FaultProxy
 from tests.support.failover import Outcome, run_failover
-from tests.support.redis_server import RedisProc
-from tests.support.replicated_redis import Sentinels, start_replica, wait_replicas
+from tests.support.replicated_redis import Sentinels, start_primary, start_replica, wait_replicas
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
 
@@ -39,7 +38,7 @@ class Pair:
     """A primary and a replica whose replication link runs through a proxy (``link``)."""
 
     def __init__(self) -> None:
-        self.primary = RedisProc()
+        self.primary = start_primary()
         self.link = FaultProxy("127.0.0.1", self.primary.port)
         self.replica = start_replica(self.link.port)
         wait_replicas(self.primary, 1)

@@ -21,7 +21,13 @@ from chongming_redis.stores._redis_sentinel import SentinelUrl, parse_sentinel_u
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.urls import StoreUrlError, parse_store_url, shown_url
 from tests.support.redis_server import RedisProc
-from tests.support.replicated_redis import SERVICE, Sentinels, start_replica, wait_replicas
+from tests.support.replicated_redis import (
+    SERVICE,
+    Sentinels,
+    start_primary,
+    start_replica,
+    wait_replicas,
+)
 from tests.test_cli import cli, ok
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -76,7 +82,7 @@ def test_a_sentinel_url_hides_its_password() -> None:
 def watched(request: pytest.FixtureRequest) -> Iterator[tuple[RedisProc, RedisProc, Sentinels]]:
     """A primary, its replica and three Sentinels watching them."""
     request.getfixturevalue("redis_proc")  # skips, or fails in CI, without redis-server
-    primary = RedisProc()
+    primary = start_primary()
     replica = start_replica(primary.port)
     sentinels = None
     try:

@@ -1,8 +1,11 @@
 """Replicated Redis for tests: a primary, its replicas, and Redis Sentinels watching them, all
 real processes on free loopback ports (the package's launcher; each in a directory of its own).
 
-* ``start_replica(primary_port)`` starts a ``redis-server --replicaof 127.0.0.1 <port>`` and
-  returns once its link to the primary is up and the first sync is done.
+* ``start_primary()`` starts a server that sends a new replica its first copy at once
+  (``repl-diskless-sync-delay 0``: Redis 7 waits 5 s for more replicas to share it);
+* ``start_replica(primary_port)`` starts a ``redis-server --replicaof 127.0.0.1 <port>`` (with
+  the same setting, for when it is promoted) and returns once its link to the primary is up and
+  the first sync is done.
 * ``wait_replicas(server, n)``: until ``server`` counts ``n`` connected, in-sync replicas.
 * ``Sentinels(primary_port, count)``: ``count`` Sentinels (``redis-server <conf>
   --sentinel``) monitoring the primary as ``SERVICE`` with short timeouts (a primary is judged
@@ -28,12 +31,21 @@ import redis
 from chongming_redis.embedded import LOOPBACK, free_port
 from tests.support.redis_server import RedisProc, redis_server_path
 
-__all__ = ["DOWN_AFTER_MS", "SERVICE", "Sentinels", "start_replica", "wait_replicas"]
+__all__ = [
+    "DOWN_AFTER_MS",
+    "SERVICE",
+    "Sentinels",
+    "start_primary",
+    "start_replica",
+    "wait_replicas",
+]
 
 SERVICE = "chongming"
 #: How long a Sentinel waits before it judges a silent primary down (ms).
 DOWN_AFTER_MS = 500
 FAILOVER_TIMEOUT_MS = 3000
+#: A replica's first sync starts at once instead of after 5 s.
+PROMPT_SYNC = ("--repl-diskless-sync-delay", "0")
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -50,10 +62,16 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 15.0) -> N
         time.sleep(0.05)
 
 
+def start_primary() -> RedisProc:
+    return RedisProc(extra_args=PROMPT_SYNC)
+
+
 def start_replica(primary_port: int, *, extra_args: tuple[str, ...] = ()) -> RedisProc:
     """A replica of the server on ``primary_port`` (or of whatever listens there: a proxy),
     once its first sync is done."""
-    replica = RedisProc(extra_args=("--replicaof", LOOPBACK, str(primary_port), *extra_args))
+    replica = RedisProc(
+        extra_args=(*PROMPT_SYNC, "--replicaof", LOOPBACK, str(primary_port), *extra_args)
+    )
     try:
         with replica.client(socket_timeout=2) as client:
             wait_until(f"replica {replica.port} in sync",

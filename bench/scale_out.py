@@ -2,6 +2,8 @@
 
     .venv/bin/python -m bench.scale_out                  # 12,000 tasks per round (~1 minute)
     .venv/bin/python -m bench.scale_out --quick          # 1,500 tasks, a smoke check
+    .venv/bin/python -m bench.scale_out --repeat 3       # rounds interleaved, medians
+    .venv/bin/python -m bench.scale_out --one-at-a-time  # one master loaded at a time
     .venv/bin/python -m bench.scale_out --json calib.json   # also write the figures for
                                                             # bench.scale_out_sim --calibration
 
@@ -22,6 +24,11 @@ namespace's 64 buckets into S shards (bucket ``b`` in shard ``b mod S``, each sh
    out to every shard and merged, their wall time and their Redis CPU over all masters, and a
    walk through every ``SUCCEEDED`` task with the merged keyset cursor (each task once, in
    order).
+
+Then (unless ``--no-feed``) one more round on the most masters with the change feed relayed
+into one global feed on a fourth redis-server, the directory (``bench/scale_out_feed.py``):
+global items per task, the directory master's CPU and memory per task, the relay's own CPU and
+its reads on the shards, the lag, and the global feed read from "0" (each task once).
 
 Per master it reports the tasks it held, their share, and its Redis CPU per task
 (``INFO cpu`` ``used_cpu_sys + used_cpu_user`` deltas, per phase); per round the aggregate

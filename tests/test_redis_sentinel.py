@@ -2,20 +2,23 @@
 
 The URL forms and their refusals (a ``StoreUrlError`` before anything is opened, the password
 never shown); then real Sentinels (``tests/support/replicated_redis.py``) watching a primary
-and its replica: ``RedisTaskStore.from_url``, ``Client.from_url`` and the CLI's ``--redis``
-open the store through them, and after a failover Sentinel coordinates (``SENTINEL FAILOVER``:
-the old primary becomes a replica) the same store object writes to the new primary, its scripts
-loaded there again. (The forced failover, kill -9 of the primary: ``test_failover.py``.)
+and its replica: ``RedisTaskStore.from_url``, ``Client.from_url``, ``AsyncClient.from_url``
+and the CLI's ``--redis`` open the store through them, and after a failover Sentinel
+coordinates (``SENTINEL FAILOVER``: the old primary becomes a replica) the same store object
+writes to the new primary, its scripts loaded there again. (The forced failover, kill -9 of
+the primary: ``test_failover.py``.)
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
 
 from chongming_redis import TaskSnapshot, TaskStatus
+from chongming_redis.aclient import AsyncClient
 from chongming_redis.client import Client
 from chongming_redis.stores._redis_sentinel import SentinelUrl, parse_sentinel_url
 from chongming_redis.stores.redis import RedisTaskStore
@@ -96,6 +99,11 @@ def watched(request: pytest.FixtureRequest) -> Iterator[tuple[RedisProc, RedisPr
         primary.close()
 
 
+async def read_async(url: str, namespace: str, task_id: str) -> bool:
+    async with AsyncClient.from_url(url, namespace=namespace) as client:
+        return await client.get(task_id) is not None
+
+
 def task(task_id: str, version: int = 1) -> TaskSnapshot:
     return TaskSnapshot(task_id, "job", TaskStatus.PENDING, version, T0, T0)
 
@@ -114,6 +122,7 @@ def test_the_store_follows_sentinel_to_the_new_primary(
     assert client_.get("a") is not None
     shown = ok(cli("tasks", f"--redis={sentinels.url}", f"--namespace={namespace}", "--json"))
     assert '"a"' in shown
+    assert asyncio.run(read_async(sentinels.url, namespace, "a"))
     with replica.client() as client:
         client.script_flush()  # the new primary has none of the store's scripts
     with sentinels.client() as sentinel:

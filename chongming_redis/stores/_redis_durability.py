@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.commands.core import Script
+import redis.asyncio
+from redis.commands.core import AsyncScript, Script
 
 from chongming_redis.errors import StoreUnavailable
 
@@ -82,15 +83,37 @@ class WaitForReplicas:
         """A plain writing command (``WRITING_READS``), then the barrier and ``WAIT``."""
         return _raised(self._pipeline(client, lambda p: getattr(p, method)(*args)))
 
+    async def evalsha_async(
+        self, client: redis.asyncio.Redis, script: AsyncScript, keys: list[Any], args: list[Any]
+    ) -> Any:
+        """``evalsha`` on ``redis.asyncio`` (``AsyncRedisStore``)."""
+
+        async def send() -> Any:
+            pipe = client.pipeline(transaction=False)
+            self._queue(pipe, lambda p: p.evalsha(script.sha, len(keys), *keys, *args))
+            return self._judge(await pipe.execute(raise_on_error=False))
+
+        reply = await send()
+        if isinstance(reply, redis.exceptions.NoScriptError):
+            script.sha = await client.script_load(script.script)
+            reply = await send()
+        return _raised(reply)
+
     def _pipeline(self, client: redis.Redis, write: Callable[[Any], object]) -> Any:
-        """One round trip: the write, the barrier, ``WAIT``. Returns the write's reply (an
-        exception object if the server refused it, for the caller to raise) when the replicas
-        confirmed; raises ``StoreUnavailable`` when they did not."""
+        """One round trip: the write, the barrier, ``WAIT``; its reply as ``_judge`` says."""
         pipe = client.pipeline(transaction=False)
+        self._queue(pipe, write)
+        return self._judge(pipe.execute(raise_on_error=False))
+
+    def _queue(self, pipe: Any, write: Callable[[Any], object]) -> None:
         write(pipe)
         pipe.publish(self.channel, b"")
         pipe.wait(self.replicas, self.timeout_ms)
-        reply, published, acknowledged = pipe.execute(raise_on_error=False)
+
+    def _judge(self, replies: list[Any]) -> Any:
+        """The write's reply (an exception object if the server refused it, for the caller to
+        raise) when the replicas confirmed; ``StoreUnavailable`` when they did not."""
+        reply, published, acknowledged = replies
         if isinstance(reply, redis.exceptions.NoScriptError):
             return reply  # nothing ran: the caller loads the script and sends it again
         _raised(published)

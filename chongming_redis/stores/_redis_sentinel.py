@@ -23,6 +23,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis
+import redis.asyncio
+from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.sentinel import Sentinel
 
 SCHEME = "redis+sentinel"
@@ -76,16 +78,46 @@ def _host_port(item: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class SentinelRedis(redis.Redis):
+    """The primary's client; closing it also closes the connections to the Sentinels."""
+
+    def close(self) -> None:
+        super().close()
+        self.connection_pool.sentinel_manager.close()  # type: ignore[attr-defined]
+
+
+class AsyncSentinelRedis(redis.asyncio.Redis):
+    """``SentinelRedis`` on ``redis.asyncio``."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        await self.connection_pool.sentinel_manager.aclose()  # type: ignore[attr-defined]
+
+
 def sentinel_client(url: str, **options: Any) -> redis.Redis:
     """A ``redis.Redis`` on the primary the Sentinels of ``url`` name, followed across
-    failovers. ``options`` (timeouts, ``retry``, ``decode_responses``...) apply to the data
-    connections; the Sentinels are asked with the same timeouts. Connects to nothing yet."""
+    failovers (closing it closes the Sentinels' connections too). ``options`` (timeouts,
+    ``retry``, ``decode_responses``...) apply to the data connections; the Sentinels are asked
+    with the same timeouts. Connects to nothing yet."""
     target = parse_sentinel_url(url)
     timeouts = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options}
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
     auth = {"username": target.username, "password": target.password}
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        target.service, redis_class=redis.Redis, db=target.db,
+        target.service, redis_class=SentinelRedis, db=target.db,
+        **{k: v for k, v in auth.items() if v is not None}, **options,
+    )  # fmt: skip
+    return client
+
+
+def async_sentinel_client(url: str, **options: Any) -> redis.asyncio.Redis:
+    """``sentinel_client`` on ``redis.asyncio`` (``AsyncRedisStore``)."""
+    target = parse_sentinel_url(url)
+    timeouts = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options}
+    sentinel = AsyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    auth: dict[str, Any] = {"username": target.username, "password": target.password}
+    client: redis.asyncio.Redis = sentinel.master_for(
+        target.service, redis_class=AsyncSentinelRedis, db=target.db,
         **{k: v for k, v in auth.items() if v is not None}, **options,
     )  # fmt: skip
     return client

@@ -31,6 +31,8 @@ from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, 
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import Keys
+from chongming_redis.stores._redis_durability import wait_rule
+from chongming_redis.stores._redis_sentinel import async_sentinel_client, is_sentinel_url
 from chongming_redis.stores._redis_server import hello_supports_flags
 from chongming_redis.stores._replies import text
 from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, script_text
@@ -48,11 +50,23 @@ class AsyncRedisStore:
     ``decode_responses=False``; ``from_url`` makes one with bounded timeouts and retries."""
 
     def __init__(
-        self, client: redis.asyncio.Redis, *, namespace: str, owns_client: bool = False
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        namespace: str,
+        owns_client: bool = False,
+        durability_replicas: int = 0,
+        durability_timeout: float | None = None,
     ) -> None:
-        if client.get_connection_kwargs().get("decode_responses"):  # type: ignore[no-untyped-call]
+        kwargs = client.get_connection_kwargs()  # type: ignore[no-untyped-call]
+        if kwargs.get("decode_responses"):
             raise ValueError("AsyncRedisStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
+        #: ``durability_replicas``: writes wait for replicas, as ``RedisTaskStore``'s
+        #: (``_redis_durability``; not checked at open: the first write says it).
+        timeout = kwargs.get("socket_timeout")
+        self.wait_rule = wait_rule(durability_replicas, durability_timeout, timeout,
+                                   self.keys.wait_barrier)  # fmt: skip
         self._client = client
         self._owns_client = owns_client
         self._closed = False
@@ -69,14 +83,18 @@ class AsyncRedisStore:
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 2.0,
         retries: int = 3,
+        durability_replicas: int = 0,
+        durability_timeout: float | None = None,
         **options: Any,
     ) -> AsyncRedisStore:
-        """A store on ``url`` (``redis://``, ``rediss://`` or ``unix://``), connected at its
-        first call. A call fails with ``StoreUnavailable`` after at most about
-        ``(retries + 1) * (socket_timeout + socket_connect_timeout)`` seconds."""
+        """A store on ``url`` (``redis://``, ``rediss://``, ``unix://`` or
+        ``redis+sentinel://``), connected at its first call. A call fails with
+        ``StoreUnavailable`` after at most about ``(retries + 1) * (socket_timeout +
+        socket_connect_timeout)`` seconds. ``durability_replicas``: as ``RedisTaskStore``'s."""
         Keys(namespace)  # refuse a bad namespace before anything else
+        make = async_sentinel_client if is_sentinel_url(url) else redis.asyncio.Redis.from_url
         try:
-            client = redis.asyncio.Redis.from_url(
+            client = make(
                 url,
                 socket_timeout=socket_timeout,
                 socket_connect_timeout=socket_connect_timeout,
@@ -86,7 +104,9 @@ class AsyncRedisStore:
             )
         except ValueError as exc:
             raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
-        return cls(client, namespace=namespace, owns_client=True)
+        return cls(client, namespace=namespace, owns_client=True,
+                   durability_replicas=durability_replicas,
+                   durability_timeout=durability_timeout)  # fmt: skip
 
     @property
     def namespace(self) -> str:
@@ -177,6 +197,8 @@ class AsyncRedisStore:
             script = await self._script(request.name)
             if request.name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = await self._evalsha_ro(script, keys, args)
+            elif self.wait_rule is not None and request.name not in READ_ONLY_SCRIPTS:
+                reply = await self.wait_rule.evalsha_async(self._client, script, keys, args)
             else:
                 reply = await script(keys=keys, args=args)
         reply[0] = text(reply[0])

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from chongming_redis.embedded import EmbeddedRedisError
-from chongming_redis.env import AUDIT_ENV
+from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.log_writer import one_line
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
@@ -39,8 +39,6 @@ STORE_ENV = "CHONGMING_STORE_URL"
 REDIS_ENV = "CHONGMING_REDIS_URL"
 #: Where ``--durability-replicas`` is read from when not given.
 DURABILITY_ENV = "CHONGMING_DURABILITY_REPLICAS"
-#: Where ``--cluster`` is read from when not given (``1``, ``true``, ``yes`` or ``on``).
-CLUSTER_ENV = "CHONGMING_REDIS_CLUSTER"
 
 
 def _one_store(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:

@@ -6,3 +6,8 @@ from __future__ import annotations
 #: Hidden switch (for the stress harness): ``1`` makes ``chongming-redis`` open the store with
 #: the command lease audit stream on (``RedisTaskStore(audit=True)``).
 AUDIT_ENV = "CHONGMING_AUDIT"
+
+#: ``1`` (or ``true``, ``yes``, ``on``): the Redis URL names a node of a Redis Cluster
+#: (``chongming-redis ... --cluster``; the stress harness sets it for its workers and the
+#: stress app reads it).
+CLUSTER_ENV = "CHONGMING_REDIS_CLUSTER"

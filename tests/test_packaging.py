@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from chongming_redis.stress.app import keys_pattern
 from tests.support.redis_server import RedisProc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -187,7 +188,7 @@ def test_an_installed_wheel_runs_the_stress_harness_against_a_given_redis(
     assert report["faults_fired"] and all(n >= 1 for n in report["faults_fired"].values())
     assert report["submitted"] > 0 and report["namespace"] == namespace
     assert "skipped: redis_restart" in done.stderr  # the table, on stderr
-    assert list(redis_proc.client().scan_iter(match=f"stress:{namespace}:*")) == []
+    assert list(redis_proc.client().scan_iter(match=keys_pattern(namespace))) == []
 
 
 # -- what a producer-only install pulls, and the licence ---------------------------------------

@@ -23,7 +23,7 @@ from _pytest.capture import CaptureFixture
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress import __main__ as stress_main
 from chongming_redis.stress import checkers
-from chongming_redis.stress.app import UNSAFE_ENV
+from chongming_redis.stress.app import UNSAFE_ENV, keys_pattern
 from chongming_redis.stress.faults import KINDS, schedule
 from chongming_redis.stress.harness import Options, libfaketime, upstream_of
 from tests.conftest import require_redis_server
@@ -120,7 +120,7 @@ def test_a_given_redis_skips_the_private_server_faults_and_says_so(
     # the run deleted its namespace (and the app's lists) from the given Redis
     client = redis_proc.client()
     assert list(client.scan_iter(match="\\{" + namespace + "\\}:*")) == []
-    assert list(client.scan_iter(match=f"stress:{namespace}:*")) == []
+    assert list(client.scan_iter(match=keys_pattern(namespace))) == []
 
 
 @pytest.mark.redis

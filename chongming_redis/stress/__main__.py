@@ -19,9 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from redis import RedisError
+from redis.exceptions import RedisClusterException
 
 from chongming_redis.embedded import EmbeddedRedisError
+from chongming_redis.errors import StoreError
 from chongming_redis.stress.harness import VIOLATION_KINDS, Options, StressError, render, run
+
+#: A run that could not start or go on (exit status 2): the namespace given holds data, no
+#: server, the server or the cluster refused or is unreachable.
+CANNOT_RUN = (StressError, EmbeddedRedisError, RedisError, RedisClusterException, StoreError)
 
 
 def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int] | None]:
@@ -34,6 +40,11 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         "--redis",
         help="use this Redis (default: start a private redis-server with appendfsync always); "
         "the faults that need the private server are skipped and the report says so",
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="--redis names a node of a Redis Cluster (the proxy's faults are skipped)",
     )
     p.add_argument(
         "--namespace",
@@ -69,6 +80,7 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
     a = p.parse_args(argv)
     opts = Options(
         redis=a.redis,
+        cluster=a.cluster,
         namespace=a.namespace,
         workers=a.workers,
         tasks=a.tasks,
@@ -130,7 +142,7 @@ def matrix(opts: Options, seeds: list[int], json_file: str | None) -> int:
         )
         try:
             report = run(one)
-        except (StressError, EmbeddedRedisError, RedisError) as exc:
+        except CANNOT_RUN as exc:
             print(f"seed {seed:>4}: ERROR  {exc}", file=out, flush=True)
             status = 2
             continue
@@ -167,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         return matrix(opts, seeds, json_file)
     try:
         report = run(opts)
-    except (StressError, EmbeddedRedisError, RedisError) as exc:
+    except CANNOT_RUN as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     render(report, stderr=json_file == "-")

@@ -45,6 +45,7 @@ from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transitio
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stress.clients import client_for, cluster_from_env, server_time
 
 app = App("stress")
 
@@ -69,16 +70,25 @@ class Step(BaseModel):
     ms: int = Field(default=40, ge=0, le=10_000)
 
 
+# The app's keys carry the namespace's hash tag, so on Redis Cluster they live in the
+# namespace's slot: FENCED_PUSH reads the task hash and writes the effects list in one script.
+
+
 def runs_key(namespace: str) -> str:
-    return f"stress:{namespace}:runs"
+    return "stress:{" + namespace + "}:runs"
 
 
 def effects_key(namespace: str) -> str:
-    return f"stress:{namespace}:effects"
+    return "stress:{" + namespace + "}:effects"
 
 
 def clocks_key(namespace: str) -> str:
-    return f"stress:{namespace}:clocks"
+    return "stress:{" + namespace + "}:clocks"
+
+
+def keys_pattern(namespace: str) -> str:
+    """The ``SCAN MATCH`` pattern of the app's keys of a run (braces escaped)."""
+    return "stress:\\{" + namespace + "\\}:*"
 
 
 _clock_recorded = False
@@ -88,8 +98,16 @@ def _client() -> redis.Redis:
     url = os.environ[URL_ENV]
     with _lock:
         if url not in _clients:
-            _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+            _clients[url] = client_for(url, cluster=cluster_from_env(), socket_timeout=5,
+                                       socket_connect_timeout=2)  # fmt: skip
         return _clients[url]
+
+
+#: What ``_retrying`` rides out: a connection lost or reset, a restarting Redis answering
+#: LOADING (``BusyLoadingError`` is a ``ConnectionError``); on a cluster a failover
+#: (``CLUSTERDOWN``) or a slot migration (``TRYAGAIN``, or redis-py's "TTL exhausted").
+PASSING = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
+           redis.exceptions.TryAgainError)  # fmt: skip
 
 
 def _retrying(call: Callable[[], object], seconds: float = 15.0) -> None:
@@ -101,7 +119,7 @@ def _retrying(call: Callable[[], object], seconds: float = 15.0) -> None:
         try:
             call()
             return
-        except (redis.ConnectionError, redis.TimeoutError):  # BusyLoadingError included
+        except PASSING:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
@@ -130,7 +148,7 @@ def _record_clock(client: redis.Redis, namespace: str) -> None:
         return
 
     def record() -> None:
-        seconds, micros = client.time()
+        seconds, micros = server_time(client, clocks_key(namespace))
         offset = time.time() - (seconds + micros / 1e6)
         client.hset(clocks_key(namespace), str(os.getpid()), f"{offset:.3f}")
 

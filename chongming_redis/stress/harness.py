@@ -4,8 +4,8 @@ Redis's own records.
 
 With ``--redis`` the faults that need a server the run started itself (``redis_restart``, the
 final kill -9 and restart) are skipped, and so are the proxy's faults when the workers cannot
-reach that Redis through a plain TCP proxy (``rediss://`` and ``unix://`` URLs); the report's
-``faults_skipped`` says which and why.
+reach that Redis through a plain TCP proxy (``rediss://`` and ``unix://`` URLs, and a Redis
+Cluster: ``--redis URL --cluster``); the report's ``faults_skipped`` says which and why.
 
 Layout of one run (``--keep`` leaves it on disk):
 
@@ -34,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import chongming_redis
 from chongming_redis.embedded import EmbeddedRedis
-from chongming_redis.env import AUDIT_ENV
+from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.buckets import BucketPolicy
@@ -42,12 +42,16 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
 from chongming_redis.stress import checkers
+from chongming_redis.stress.clients import client_for
 from chongming_redis.stress.fault_proxy import FaultProxy
 from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
 from chongming_redis.stress.producer import submit_until_known
 from chongming_redis.worker_processes import WorkerProcesses
 
 APP = "chongming_redis.stress.app:app"
+#: Why the proxy's faults are skipped on Redis Cluster.
+ON_CLUSTER = ("on Redis Cluster the workers reach every node at the address it announces: a "
+              "proxy in front of one node is not in their way")  # fmt: skip
 DRIVER = "stress-driver"
 VIOLATION_KINDS = (
     "duplicate_starts",
@@ -79,6 +83,7 @@ class Options:
     drain_seconds: float = 45.0
     unsafe: str | None = None  # negative control: CHONGMING_STRESS_UNSAFE for the workers
     workdir: str | None = None
+    cluster: bool = False  # --redis names a node of a Redis Cluster
 
 
 class StressError(RuntimeError):
@@ -116,6 +121,9 @@ def upstream_of(url: str) -> Upstream:
 def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> WorkerProcesses:
     env = dict(os.environ)
     env.update({stress_app.URL_ENV: url, stress_app.NS_ENV: namespace, AUDIT_ENV: "1"})
+    env.pop(CLUSTER_ENV, None)
+    if opts.cluster:  # the workers' store and the stress app's client
+        env[CLUSTER_ENV] = "1"
     if opts.unsafe:
         env[stress_app.UNSAFE_ENV] = opts.unsafe
     source = Path(chongming_redis.__file__).resolve().parent.parent
@@ -156,12 +164,12 @@ def libfaketime() -> str | None:
     return None
 
 
-def _open_store(url: str, namespace: str) -> RedisTaskStore:
+def _open_store(url: str, namespace: str, cluster: bool = False) -> RedisTaskStore:
     """The driver's store: enough retries (about 6 s of backoff) that a call rides out the
     run's own ``redis_restart`` (down for up to about 1.5 s) instead of ending indeterminate."""
     return RedisTaskStore.from_url(
         url, namespace=namespace, socket_timeout=5, retries=8, audit=True,
-        audit_owner=DRIVER,
+        audit_owner=DRIVER, cluster=cluster,
     )  # fmt: skip
 
 
@@ -170,8 +178,10 @@ def run(opts: Options) -> dict[str, Any]:
     started = time.monotonic()
     rng = random.Random(opts.seed)
     namespace = opts.namespace or f"stress-{opts.seed}-{secrets.token_hex(3)}"
+    if opts.cluster and not opts.redis:
+        raise StressError("--cluster needs --redis: the URL of a node of the cluster")
     if opts.redis:
-        _require_empty(opts.redis, namespace)
+        _require_empty(opts.redis, namespace, opts.cluster)
     workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="chongming-stress-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log = ClientLog(workdir / "driver.jsonl")
@@ -187,6 +197,8 @@ def run(opts: Options) -> dict[str, Any]:
         skipped["final_restart"] = (
             "--redis given: acknowledged writes are read back without a kill -9 and restart"
         )
+    if opts.cluster:
+        upstream = Upstream(upstream.url, None, 0, ON_CLUSTER)
     if upstream.host is None:
         skipped.update({k: upstream.why_not_proxied for k in PROXY_KINDS})
     faketime = libfaketime()
@@ -198,7 +210,7 @@ def run(opts: Options) -> dict[str, Any]:
     if upstream.host is not None:
         proxy = FaultProxy(upstream.host, upstream.port, allow_remote=redis_proc is None)
     direct_url = upstream.url
-    store = _open_store(direct_url, namespace)
+    store = _open_store(direct_url, namespace, opts.cluster)
     driver = Controller(
         store, app=stress_app.app, owner=DRIVER, buckets=BucketPolicy(opts.num_buckets)
     )
@@ -373,7 +385,7 @@ def run(opts: Options) -> dict[str, Any]:
             redis_proc.stop()
     if not opts.keep:
         if opts.redis:
-            _delete_namespace(direct_url, namespace)
+            _delete_namespace(direct_url, namespace, opts.cluster)
         if opts.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     return report
@@ -455,13 +467,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _require_empty(url: str, namespace: str) -> None:
+def _require_empty(url: str, namespace: str, cluster: bool = False) -> None:
     """The run writes into the namespace and deletes it afterwards: never one that holds data."""
-    import redis
-
-    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    client = client_for(url, cluster=cluster, socket_timeout=5, socket_connect_timeout=5)
     try:
-        for pattern in (_escaped("{" + namespace + "}:*"), f"stress:{namespace}:*"):
+        for pattern in (_escaped("{" + namespace + "}:*"), stress_app.keys_pattern(namespace)):
             for _ in client.scan_iter(match=pattern, count=1000):
                 raise StressError(
                     f"namespace {namespace!r} already holds data on {_safe(url)}; the stress run "
@@ -482,11 +492,9 @@ def _safe(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def _delete_namespace(url: str, namespace: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    for pattern in (_escaped("{" + namespace + "}:*"), f"stress:{namespace}:*"):
+def _delete_namespace(url: str, namespace: str, cluster: bool = False) -> None:
+    client = client_for(url, cluster=cluster)
+    for pattern in (_escaped("{" + namespace + "}:*"), stress_app.keys_pattern(namespace)):
         for key in client.scan_iter(match=pattern, count=500):
             client.delete(key)
     client.close()

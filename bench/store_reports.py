@@ -24,7 +24,7 @@ def drain_table(drains: Sequence[Drain]) -> Table:
     table.add_column("store")
     for column in ("worker processes", "tasks", "submit (tasks/s)", "drain", "tasks/s",
                    *(f"÷ {name}" for name in BASELINES), "worker CPU per task",
-                   "exactly-once"):  # fmt: skip
+                   "server CPU per task", "exactly-once"):  # fmt: skip
         table.add_column(column, justify="right")
     rates = {(d.target.name, d.workers): d.rate for d in drains}
     for d in sorted(drains, key=lambda d: (list(rates).index((d.target.name, 1)), d.workers)):
@@ -33,14 +33,16 @@ def drain_table(drains: Sequence[Drain]) -> Table:
             d.target.label, str(d.workers), f"{d.tasks:,}", f"{d.tasks / d.submit_seconds:,.0f}",
             f"{d.drain_seconds:.2f} s", f"{d.rate:,.0f}",
             *(f"{d.rate / r:.2f}" if r else "" for r in ratios),
-            f"{d.python_cpu / d.tasks * 1e6:,.0f} µs", d.check.verdict(),
+            f"{d.python_cpu / d.tasks * 1e6:,.0f} µs",
+            f"{d.server_cpu / d.tasks * 1e6:,.0f} µs" if d.target.server_pid else "(in the worker)",
+            d.check.verdict(),
         )  # fmt: skip
     return table
 
 
 def latency_table(latencies: Sequence[Latency], rate: float, seconds: float) -> Table:
     table = Table(title=f"submit -> start latency, {rate:.0f} tasks/s submitted for "
-                        f"{seconds:.0f} s to idle workers")  # fmt: skip
+                        f"{seconds:g} s to idle workers")  # fmt: skip
     table.add_column("store")
     for column in ("worker processes", "tasks", "start p50", "start p99", "start max",
                    "exactly-once"):  # fmt: skip

@@ -19,8 +19,11 @@ about the same time):
    ``ControllerConfig()``'s defaults with ``polling_for`` the store, 64 buckets, ``join_pool``
    with a 5 s lease, ``start``), waits until their bucket pool has settled, releases them all at
    once and measures the drain: from that release until ``counts()[SUCCEEDED] == N``;
-2. checks every task's history: exactly one ``PENDING -> RUNNING``, ending ``SUCCEEDED``;
-3. submit -> start latency with idle workers: tasks submitted at a steady rate (``--rate``,
+2. the CPU per task of the workers (their process CPU from the release to the stop) and of the
+   server (Redis; PostgreSQL's postmaster and backends; SQLite has none: its work is in the
+   workers' figure);
+3. checks every task's history: exactly one ``PENDING -> RUNNING``, ending ``SUCCEEDED``;
+4. submit -> start latency with idle workers: tasks submitted at a steady rate (``--rate``,
    50/s) to workers already waiting; latency = the ``RUNNING`` history entry's time minus the
    task's ``created_at``; p50 / p99 / max.
 
@@ -37,11 +40,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.console import Console
 
 from bench.drains import Check, check_entries, code_under_test, load_average
@@ -52,6 +56,7 @@ from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.urls import open_store_url
+from tests.support.postgres_server import PostgresProc
 
 STORES = ("redis", "redis-aof", "sqlite", "sqlite-normal", "postgres", "postgres-async")
 LABELS = {
@@ -71,6 +76,20 @@ class Target:
     name: str  # one of STORES
     base: str  # a server's URL, or the directory of the SQLite files
     extra: tuple[str, ...] = ()  # worker arguments
+    server_pid: int | None = None  # the server's main process (none: SQLite, in-process)
+
+    def server_cpu(self) -> float:
+        """CPU seconds of the server so far: its main process and every child (PostgreSQL's
+        backends, which live as long as the workers' pooled connections)."""
+        if self.server_pid is None:
+            return 0.0
+        main = psutil.Process(self.server_pid)
+        total = 0.0
+        for process in (main, *main.children(recursive=True)):
+            with suppress(psutil.NoSuchProcess):
+                times = process.cpu_times()
+                total += times.user + times.system
+        return total
 
     @property
     def label(self) -> str:
@@ -99,6 +118,7 @@ class Drain:
     submit_seconds: float
     drain_seconds: float
     python_cpu: float
+    server_cpu: float
     check: Check
 
     @property
@@ -119,26 +139,25 @@ def targets(names: Sequence[str], tmp: Path) -> Iterator[list[Target]]:
     """The stores to measure, their servers started (and stopped at the end)."""
     with ExitStack() as stack:
         found: list[Target] = []
-        pg_dsn = None
+        pg: PostgresProc | None = None
         for name in names:
-            if name == "redis":
-                server = EmbeddedRedis(port=0, extra_args=("--appendonly", "no")).start()
+            if name.startswith("redis"):  # EmbeddedRedis' default: appendfsync always
+                extra = ("--appendonly", "no") if name == "redis" else ()
+                server = EmbeddedRedis(port=0, extra_args=extra).start()
                 stack.callback(server.stop)
-                found.append(Target(name, server.url))
-            elif name == "redis-aof":  # EmbeddedRedis' default: appendfsync always
-                server = EmbeddedRedis(port=0).start()
-                stack.callback(server.stop)
-                found.append(Target(name, server.url))
+                found.append(Target(name, server.url, server_pid=server.proc.pid))
             elif name.startswith("sqlite"):
                 extra = ("--synchronous=NORMAL",) if name == "sqlite-normal" else ()
                 found.append(Target(name, str(tmp), extra))
             else:
-                if pg_dsn is None:
+                if pg is None:
                     from bench.store_ops_sql import postgres_server
 
-                    pg_dsn = stack.enter_context(postgres_server()).dsn
+                    pg = stack.enter_context(postgres_server())
+                assert pg.proc is not None
                 async_commit = "?options=-c%20synchronous_commit%3Doff"
-                found.append(Target(name, pg_dsn + (async_commit if "async" in name else "")))
+                dsn = pg.dsn + (async_commit if "async" in name else "")
+                found.append(Target(name, dsn, server_pid=pg.proc.pid))
         yield found
 
 
@@ -155,13 +174,15 @@ def run_drain(target: Target, workers: int, n: int, tmp: Path, run: str) -> Drai
         task_ids = [controller.submit("noop") for _ in range(n)]
         submit_seconds = time.perf_counter() - started
         with Pool(url, namespace, workers, tmp, target.extra) as pool:
+            server_cpu = target.server_cpu()
             pool.release()
             drain_seconds = wait_succeeded(store, n, timeout=max(120.0, n / 20))
+            server_cpu = target.server_cpu() - server_cpu
             cpu = pool.stop()
         check = check_entries({t: store.history(t) for t in task_ids}, task_ids)
     finally:
         close(target, store)
-    return Drain(target, workers, n, submit_seconds, drain_seconds, cpu, check)
+    return Drain(target, workers, n, submit_seconds, drain_seconds, cpu, server_cpu, check)
 
 
 def run_latency(
@@ -232,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--stores: one or more of {', '.join(STORES)}, not {options.stores!r}")
     n = 1_500 if options.quick else options.tasks
     seconds = options.latency_seconds or (3.0 if options.quick else 10.0)
-    console = Console(width=max(150, Console().width))
+    console = Console(width=max(200, Console().width))
     console.print(f"load average at start: {load_average()}")
     console.print(f"{n:,} no-op tasks per drain; the workers are the CLI's defaults on each "
                   f"store ({NUM_BUCKETS} buckets, polls as `polling_for` sets them)")  # fmt: skip

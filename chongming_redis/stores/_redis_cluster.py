@@ -78,7 +78,7 @@ def connect_cluster(
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise StoreUnavailable(f"Redis Cluster is unreachable: {exc}") from exc
     except redis.exceptions.RedisClusterException as exc:
-        raise _cluster_error(url, exc) from exc
+        raise cluster_error(url, exc) from exc
     except redis.exceptions.RedisError as exc:
         raise StoreError(f"Redis Cluster error: {exc}") from exc
 
@@ -92,7 +92,7 @@ def _address(url: str) -> str:
         return url.split(":")[0]
 
 
-def _cluster_error(url: str, exc: Exception) -> Exception:
+def cluster_error(url: str, exc: Exception) -> Exception:
     """redis-py's ``RedisClusterException`` at connection as the store's error."""
     message, shown = str(exc), _address(url)
     if "not enabled" in message:  # "Cluster mode is not enabled on this node"

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
@@ -31,6 +32,8 @@ from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, 
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import Keys
+from chongming_redis.stores._redis_cluster import NO_CLUSTER_WAIT
+from chongming_redis.stores._redis_cluster_async import AsyncClusterCalls, connect_cluster_async
 from chongming_redis.stores._redis_durability import wait_rule
 from chongming_redis.stores._redis_sentinel import async_sentinel_client, is_sentinel_url
 from chongming_redis.stores._redis_server import hello_supports_flags
@@ -51,14 +54,14 @@ class AsyncRedisStore:
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: redis.asyncio.Redis | AsyncRedisCluster,
         *,
         namespace: str,
         owns_client: bool = False,
         durability_replicas: int = 0,
         durability_timeout: float | None = None,
     ) -> None:
-        kwargs = client.get_connection_kwargs()  # type: ignore[no-untyped-call]
+        kwargs = client.get_connection_kwargs()
         if kwargs.get("decode_responses"):
             raise ValueError("AsyncRedisStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
@@ -67,7 +70,11 @@ class AsyncRedisStore:
         timeout = kwargs.get("socket_timeout")
         self.wait_rule = wait_rule(durability_replicas, durability_timeout, timeout,
                                    self.keys.wait_barrier)  # fmt: skip
-        self._client = client
+        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis_cluster_async``).
+        self._cluster = AsyncClusterCalls.of(client, self.keys.root)
+        if self._cluster and self.wait_rule:
+            raise ValueError(NO_CLUSTER_WAIT)
+        self._client: redis.asyncio.Redis = client  # type: ignore[assignment]
         self._owns_client = owns_client
         self._closed = False
         #: Whether the server predates script flags (``None``: not asked yet).
@@ -85,13 +92,24 @@ class AsyncRedisStore:
         retries: int = 3,
         durability_replicas: int = 0,
         durability_timeout: float | None = None,
+        cluster: bool = False,
         **options: Any,
     ) -> AsyncRedisStore:
         """A store on ``url`` (``redis://``, ``rediss://``, ``unix://`` or
         ``redis+sentinel://``), connected at its first call. A call fails with
         ``StoreUnavailable`` after at most about ``(retries + 1) * (socket_timeout +
-        socket_connect_timeout)`` seconds. ``durability_replicas``: as ``RedisTaskStore``'s."""
+        socket_connect_timeout)`` seconds. ``durability_replicas``: as ``RedisTaskStore``'s.
+        ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis_cluster_async``)."""
         Keys(namespace)  # refuse a bad namespace before anything else
+        if cluster:
+            if durability_replicas:
+                raise ValueError(NO_CLUSTER_WAIT)
+            made = connect_cluster_async(url, socket_timeout=socket_timeout, retries=retries,
+                                         socket_connect_timeout=socket_connect_timeout,
+                                         **options)  # fmt: skip
+            store = cls(made, namespace=namespace, owns_client=True)
+            store._cluster.url = url  # type: ignore[union-attr]  # for its connection errors
+            return store
         make = async_sentinel_client if is_sentinel_url(url) else redis.asyncio.Redis.from_url
         try:
             client = make(
@@ -188,14 +206,26 @@ class AsyncRedisStore:
         self._check_open()
         if isinstance(request, ops.Read):
             with ops.errors(request.key):
-                return await getattr(self._client, request.method)(*request.args)
+                return await self._read(request)
         return replies.check(request.call, await self._eval(request))
+
+    async def _read(self, request: ops.Read) -> Any:
+        def call() -> Any:
+            return getattr(self._client, request.method)(*request.args)
+
+        if self._cluster is None:
+            return await call()
+        if request.method == "time":  # the slot master's clock
+            return await self._cluster.time()
+        return await self._cluster.call(call)
 
     async def _eval(self, request: ops.Script) -> list[Any]:
         keys, args = request.keys, request.args
         with ops.errors():
             script = await self._script(request.name)
-            if request.name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
+            if self._cluster is not None:
+                reply = await self._cluster.eval(script, keys, args)
+            elif request.name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = await self._evalsha_ro(script, keys, args)
             elif self.wait_rule is not None and request.name not in READ_ONLY_SCRIPTS:
                 reply = await self.wait_rule.evalsha_async(self._client, script, keys, args)
@@ -225,6 +255,8 @@ class AsyncRedisStore:
         """As ``_redis_server.supports_script_flags``: Redis >= 7 (fakeredis is not asked)."""
         if type(self._client).__module__.startswith("fakeredis"):
             return False
+        if self._cluster is not None:
+            return await self._cluster.supports_script_flags()
         try:
             hello = await self._client.execute_command("HELLO")  # type: ignore[no-untyped-call]
         except redis.exceptions.ResponseError:

@@ -351,3 +351,35 @@ def test_the_plain_client_errors_of_a_cluster_are_unavailable() -> None:
                 redis.exceptions.SlotNotCoveredError("no node")):  # fmt: skip
         with pytest.raises(StoreUnavailable), ops.errors():
             raise exc
+
+
+def test_nudges_reach_a_listener_across_a_failover_and_a_reshard(
+    redis_cluster: RedisClusterProcs, namespace: str
+) -> None:
+    """The work nudge a create publishes (PUBLISH in ``create.lua``) reaches the runtime's
+    listener (``RedisNotifier`` on the cluster client: plain pub/sub, which the cluster
+    broadcasts to every node), before and after the namespace's master fails over and its
+    slot moves to another master."""
+    from chongming_redis.runtime.notify import WORK, RedisNotifier
+
+    store = RedisTaskStore.from_url(redis_cluster.url, namespace=namespace, cluster=True)
+    notifier = RedisNotifier(store.client, namespace)
+    woken = threading.Event()
+    notifier.subscribe(WORK, woken)
+    try:
+        assert notifier.wait_listening(10)
+        slot = redis_cluster.keyslot(store.keys.root)
+        for i, change in enumerate(("none", "failover", "reshard")):
+            if change == "failover":
+                redis_cluster.failover(redis_cluster.master_of(slot).port)
+            elif change == "reshard":
+                owner = redis_cluster.master_of(slot).port
+                redis_cluster.move_slot(slot, next(m.port for m in redis_cluster.masters()
+                                                   if m.port != owner))  # fmt: skip
+            woken.clear()
+            store.create(task(f"n{i}"))
+            assert woken.wait(10), f"no nudge after {change}"
+    finally:
+        notifier.close()
+        store.drop_namespace()
+        store.close()

@@ -66,8 +66,9 @@ def _one_store(ctx: typer.Context, param: typer.CallbackParam, value: str | None
 
 RedisOpt = Annotated[
     str | None,
-    typer.Option("--redis", envvar=REDIS_ENV, help="redis:// or unix:// URL",
-                 callback=_one_store),
+    typer.Option("--redis", envvar=REDIS_ENV, callback=_one_store,
+                 help="redis://, rediss:// or unix:// URL, or redis+sentinel://host:port,"
+                      "host:port/service/db for the primary Sentinel names"),
 ]  # fmt: skip
 StoreOpt = Annotated[
     str | None,
@@ -218,7 +219,8 @@ def store_target(redis_url: str | None, store_url: str | None, namespace: str) -
                         f"{STORE_ENV} for SQLite or PostgreSQL)")  # fmt: skip
     if parse_kind(redis_url) not in (None, "redis"):
         raise UserError(f"bad Redis URL {shown_url(redis_url)!r}: --redis takes redis://, "
-                        "rediss:// or unix://; give other stores with --store")  # fmt: skip
+                        "rediss://, unix:// or redis+sentinel://; give other stores with "
+                        "--store")  # fmt: skip
     return redis_url
 
 

@@ -383,3 +383,18 @@ def test_nudges_reach_a_listener_across_a_failover_and_a_reshard(
         notifier.close()
         store.drop_namespace()
         store.close()
+
+
+def test_client_from_url_opens_a_cluster_store(
+    redis_cluster: RedisClusterProcs, cluster_store: RedisTaskStore
+) -> None:
+    from chongming_redis.client import Client
+    from tests.test_aclient import app
+
+    client = Client.from_url(redis_cluster.url, namespace=cluster_store.namespace, app=app,
+                             cluster=True)  # fmt: skip
+    try:
+        handle = client.submit("resize", {"width": 3})
+        assert cluster_store.get(handle.task_id) is not None
+    finally:
+        client.close()

@@ -316,22 +316,6 @@ class RedisTaskStore(RedisExtensions):
             if still_to_drop <= 0 or batch == 0:
                 return dropped
 
-    def drop_namespace(self) -> int:
-        """Delete every key of this namespace (a demo's or a test's, at its end); how many.
-        Not part of ``TaskStore``: nothing else may be running on the namespace."""
-        self._check_open()
-        pattern, dropped = self.keys.glob(), 0
-        with ops.errors():
-            batch: list[bytes] = []
-            for key in self._client.scan_iter(match=pattern, count=1000):
-                batch.append(key)
-                if len(batch) == 500:
-                    dropped += self._client.unlink(*batch)
-                    batch.clear()
-            if batch:
-                dropped += self._client.unlink(*batch)
-        return dropped
-
     def close(self) -> None:
         if self._closed:
             return

@@ -49,6 +49,9 @@ Namespaces are restricted to ``[A-Za-z0-9_.-]`` so they cannot contain ``{``, ``
 
 Scripts that only learn an index key from stored data (the old tags of a task being saved)
 derive it from ``root`` — the ``{ns}:`` prefix, passed as a KEY — and say so in their header.
+The root is never written, so it never exists: a script that derives keys declares it and at
+least one other key, and Redis Cluster refuses such a script (``TRYAGAIN``) while the slot
+migrates instead of running it on a half-moved slot (``_redis_cluster``).
 """
 
 from __future__ import annotations

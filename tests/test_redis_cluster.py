@@ -10,6 +10,7 @@ half-moved slot), and what was written must all be there afterwards, once.
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ import redis
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import Command, CommandKind, TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores import _redis_cluster
+from chongming_redis.stores._scripts import SCRIPT_NAMES, script_text
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_cluster import RedisClusterProcs, namespace_in
 from tests.support.redis_server import RedisProc, free_port
@@ -398,3 +400,20 @@ def test_client_from_url_opens_a_cluster_store(
         assert cluster_store.get(handle.task_id) is not None
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_a_script_that_derives_keys_declares_the_root_and_another_key(name: str) -> None:
+    """The rule that keeps a script off a half-moved slot (``_keys.py``, docs/redis-layout.md):
+    a script that builds key names from the root declares the root and at least one more key,
+    so Redis answers TRYAGAIN (or ASK then TRYAGAIN) while the slot migrates; a script that
+    builds none touches only the keys it declares."""
+    text = script_text(name)
+    header = text.split("]]", 1)[0]
+    declared = re.findall(r"^KEYS\[(\d+)\]\s+(\S+)", header, re.M)
+    derives = "root .." in text.split("]]", 1)[1]
+    if derives:
+        assert any(key == "{ns}:" for _, key in declared), (name, declared)
+        assert len(declared) >= 2, (name, declared)
+    else:
+        assert not re.search(r"\.\. *'[a-z-]+:", text.split("]]", 1)[1]), name

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
-from bench.drains import load_average
+from bench.drains import code_under_test, load_average
 from bench.store_calls import (
     OpsRow,
     cas_values,
@@ -154,8 +154,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             runs["PostgreSQL"] = run_postgres(console, n_ops, small, large)
     if len(runs) > 1:
         console.print(ratios_table(runs))
-    console.print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
-                  f"load average at end {load_average()}")  # fmt: skip
+    console.print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average at "
+                  f"end {load_average()}; code under test: {code_under_test()}")  # fmt: skip
 
 
 if __name__ == "__main__":

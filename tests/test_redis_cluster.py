@@ -99,9 +99,9 @@ def test_unreachable_bad_urls_and_a_plain_server_are_typed_errors(namespace: str
         RedisTaskStore.from_url("redis://127.0.0.1:7000/3", namespace=namespace, cluster=True)
     with pytest.raises(ValueError, match="bad Redis URL"):
         RedisTaskStore.from_url("http://127.0.0.1:7000", namespace=namespace, cluster=True)
-    with pytest.raises(ValueError, match="durability_replicas is not supported"):  # no I/O
+    with pytest.raises(ValueError, match="durability_replicas must be 0 or more"):  # no I/O
         RedisTaskStore.from_url("redis://127.0.0.1:1/0", namespace=namespace, cluster=True,
-                                durability_replicas=1)  # fmt: skip
+                                durability_replicas=-1)  # fmt: skip
     with pytest.raises(ValueError, match="namespace"):  # before any connection
         RedisTaskStore.from_url("redis://127.0.0.1:1/0", namespace="a b", cluster=True)
 

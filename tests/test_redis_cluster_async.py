@@ -99,9 +99,9 @@ def test_the_async_store_refusals_on_a_cluster(redis_proc: RedisProc, namespace:
         asyncio.run(first_call(f"redis://127.0.0.1:{free_port()}/0"))
     with pytest.raises(StoreError, match="not a Redis Cluster node"):
         asyncio.run(first_call(redis_proc.url))
-    with pytest.raises(ValueError, match="durability_replicas is not supported"):
+    with pytest.raises(ValueError, match="durability_replicas must be 0 or more"):
         AsyncRedisStore.from_url(redis_proc.url, namespace=namespace, cluster=True,
-                                 durability_replicas=1)  # fmt: skip
+                                 durability_replicas=-1)  # fmt: skip
     with pytest.raises(ValueError, match="bad Redis URL"):
         AsyncRedisStore.from_url("unix:///tmp/x.sock", namespace=namespace, cluster=True)
 

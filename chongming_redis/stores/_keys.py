@@ -38,6 +38,8 @@ key                   type    meaning
 ``{ns}:audit``        stream  command lease audit (only with ``audit=True``): one entry
                               ``op claim|complete|release cid until now [lu] owner`` per
                               lease change, written by the changing script; capped ~1,000,000
+``{ns}:wait``         string  empty; only on Redis Cluster with ``durability_replicas``: the
+                              barrier written before each ``WAIT`` (``_redis_durability``)
 ====================  ======  =================================================================
 
 Why identifiers are safe verbatim: the hash tag is the *first* ``{...}`` of a key, and it comes
@@ -180,6 +182,13 @@ class Keys:
         (``_redis_durability``); nobody subscribes. Under ``nudge:`` so the nudges' ACL
         channel pattern covers it; ``!`` keeps it apart from any worker's name."""
         return self.root + "nudge:!wait"
+
+    @property
+    def wait_barrier_key(self) -> str:
+        """The key ``durability_replicas`` writes before each ``WAIT`` on Redis Cluster, where
+        ``PUBLISH`` is not replicated (``_redis_durability.write_barrier``): in the namespace's
+        slot, so the barrier runs on the node that ran the write."""
+        return self.root + "wait"
 
     def glob(self) -> str:
         """The ``SCAN MATCH`` pattern of every key of the namespace (glob-escaped)."""

@@ -21,6 +21,15 @@ key already migrated). What this module adds:
 * **Server questions asked of the right nodes.** ``TIME`` of the slot's master (the clock of
   the node that runs the scripts), ``HELLO`` of the same, and the durability settings (``INFO``)
   of every node: a replica's settings matter the moment it is promoted.
+* **``durability_replicas`` on the slot's master.** ``WAIT`` counts the replicas of the
+  connection it is sent on, which redis-py's cluster client does not let a caller choose: each
+  write is sent, as on one server (``_redis_durability``), as one pipeline on a connection to
+  the slot's master (the plain ``redis.Redis`` the cluster client keeps for that node), its
+  barrier a ``SET`` of ``Keys.wait_barrier_key`` (``PUBLISH`` is not replicated in a cluster).
+  A reply that says nothing ran there (``MOVED``: the slot map is refreshed from it; ``ASK``,
+  ``TRYAGAIN``: the slot is migrating) is never taken for a success: the call is sent again
+  within ``MIGRATION_WAIT``. A lost connection or ``CLUSTERDOWN`` refreshes the slot map and
+  sends it again up to the client's retries (the node's own connections never retry).
 """
 
 from __future__ import annotations
@@ -37,15 +46,27 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from chongming_redis.errors import StoreError, StoreUnavailable
+from chongming_redis.stores._redis_durability import WRITING_READS, WaitForReplicas
 from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
 
 T = TypeVar("T")
 
 #: How long a call waits for its namespace's slot to finish migrating (``TRYAGAIN``).
 MIGRATION_WAIT = 60.0
-#: ``durability_replicas`` needs ``WAIT`` on the connection of the write, which redis-py's
-#: cluster client cannot route: refused until the store sends it to the slot's master itself.
-NO_CLUSTER_WAIT = "durability_replicas is not supported on Redis Cluster (cluster=True) yet"
+#: What a call that met a moving slot raises (``is_migrating`` tells which of them do).
+MIGRATION_ERRORS = (
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.AskError,
+)
+#: Errors after which a call on the slot's master refreshes the slot map and is sent again
+#: (the client's retries): the node is down or failing over, or the map is stale.
+REFRESH_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
 #: A script call loads the script on the node that answered ``NOSCRIPT`` at most this often
 #: (a failover during the call can move it to a node that needs it too).
 SCRIPT_LOADS = 3
@@ -121,9 +142,50 @@ class ClusterCalls:
         """The master that holds the namespace's slot, as the client knows it now."""
         return self.client.get_node_from_key(self.key)
 
-    def eval(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """``EVALSHA`` routed by ``keys``; ``NOSCRIPT`` loads it there and sends it again."""
+    def eval(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any],
+        rule: WaitForReplicas | None = None,
+    ) -> Any:  # fmt: skip
+        """``EVALSHA`` routed by ``keys``; ``NOSCRIPT`` loads it there and sends it again.
+        With ``rule`` (a write under ``durability_replicas``): with its barrier and ``WAIT``,
+        on the slot's master."""
+        if rule is not None:
+            call = lambda c: rule.evalsha(c, script, list(keys), list(args))  # noqa: E731
+            return during_migration(lambda: self.on_master(call))
         return during_migration(lambda: self._evalsha(script, keys, args))
+
+    def read(self, rule: WaitForReplicas | None, method: str, args: tuple[Any, ...]) -> Any:
+        """A plain command of the namespace (``_redis_ops.Read``): ``TIME`` of the slot's
+        master; under ``rule`` a writing one (``WRITING_READS``) with its barrier and ``WAIT``
+        on the master; any other routed by its key."""
+        if method == "time":
+            return self.time()
+        if rule is not None and method in WRITING_READS:
+            return self.on_master(lambda c: rule.command(c, method, args))
+        return getattr(self.client, method)(*args)
+
+    def master(self) -> redis.Redis:
+        """The cluster client's plain client of the slot's master (one connection pool)."""
+        return self.client.get_redis_connection(self.node())  # type: ignore[no-any-return]
+
+    def on_master(self, call: Callable[[redis.Redis], T]) -> T:
+        """``call(master)``; a ``MOVED`` reply updates the slot map and is raised (for
+        ``during_migration`` to send it again); after a lost connection or ``CLUSTERDOWN``
+        the slot map is refreshed and the call sent again, up to the client's retries."""
+        retries = self.client.retry.get_retries()
+        attempt = 0
+        while True:
+            try:
+                return call(self.master())
+            except redis.exceptions.MovedError as moved:
+                self.client.nodes_manager.move_slot(moved)
+                raise
+            except REFRESH_ERRORS:
+                if attempt >= retries:
+                    raise
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+            attempt += 1
+            self.client.nodes_manager.initialize()
 
     def _evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         loads = 0
@@ -194,16 +256,17 @@ class ClusterCalls:
 
 
 def during_migration(call: Callable[[], T], wait: float | None = None) -> T:
-    """``call()``, again while Redis answers that the slot is migrating: ``TRYAGAIN``, or
+    """``call()``, again while Redis answers that the slot is migrating: ``TRYAGAIN``,
     redis-py's "TTL exhausted" after redirections between the two nodes (``ASK``, then
-    ``TRYAGAIN``). Waits at most ``wait`` (default ``MIGRATION_WAIT``) seconds in all; the last
-    refusal is raised (``_redis_ops.errors`` makes it ``StoreUnavailable``)."""
+    ``TRYAGAIN``), or ``ASK``/``MOVED`` to a call on the slot's master (``on_master``). Waits
+    at most ``wait`` (default ``MIGRATION_WAIT``) seconds in all; the last refusal is raised
+    (``_redis_ops.errors`` makes it ``StoreUnavailable``)."""
     deadline = time.monotonic() + (MIGRATION_WAIT if wait is None else wait)
     delay = 0.005
     while True:
         try:
             return call()
-        except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
+        except MIGRATION_ERRORS as exc:
             if not is_migrating(exc) or time.monotonic() + delay > deadline:
                 raise
         time.sleep(delay)
@@ -211,7 +274,9 @@ def during_migration(call: Callable[[], T], wait: float | None = None) -> T:
 
 
 def is_migrating(exc: BaseException) -> bool:
-    """Whether ``exc`` says the slot is moving (nothing ran; a retry is safe)."""
-    if isinstance(exc, redis.exceptions.TryAgainError):
+    """Whether ``exc`` says the slot is moving or has moved (a retry is safe): ``TRYAGAIN``,
+    redis-py's "TTL exhausted", or ``ASK``/``MOVED`` answered to a call sent to the slot's
+    master itself (``ClusterCalls.on_master``: redis-py does not follow those)."""
+    if isinstance(exc, redis.exceptions.TryAgainError | redis.exceptions.AskError):
         return True
     return isinstance(exc, redis.exceptions.ClusterError) and "TTL exhausted" in str(exc)

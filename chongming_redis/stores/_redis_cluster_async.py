@@ -3,8 +3,11 @@
 The same rules as the sync store's (see ``_redis_cluster``): scripts by ``EVALSHA`` on the
 namespace's slot, loaded where a master lacks them (``NOSCRIPT``); a call refused while the
 slot migrates (``TRYAGAIN``, redis-py's "TTL exhausted") sent again for up to
-``MIGRATION_WAIT`` seconds; ``TIME`` and ``HELLO`` of the slot's master. The client connects at
-its first call, as the single-server async store does; an unreachable cluster is then
+``MIGRATION_WAIT`` seconds; ``TIME`` and ``HELLO`` of the slot's master; under
+``durability_replicas`` each write, its barrier and ``WAIT`` in one pipeline on a connection
+of the slot's master (the cluster client's own node, ``ClusterNode.execute_pipeline``), a
+``MOVED``/``ASK``/``TRYAGAIN`` reply never taken for a success. The client connects at its
+first call, as the single-server async store does; an unreachable cluster is then
 ``StoreUnavailable``.
 """
 
@@ -13,15 +16,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
+from redis.asyncio.cluster import ClusterNode, PipelineCommand
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 
 from chongming_redis.stores import _redis_cluster as sync
+from chongming_redis.stores._redis_durability import RawCommand, WaitForReplicas
 from chongming_redis.stores._redis_server import hello_supports_flags
 
 T = TypeVar("T")
@@ -77,9 +83,45 @@ class AsyncClusterCalls:
         await self.ready()
         return self.client.get_node_from_key(self.key)
 
-    async def eval(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def eval(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any],
+        rule: WaitForReplicas | None = None,
+    ) -> Any:  # fmt: skip
+        """``EVALSHA`` routed by ``keys``; under ``rule`` with its barrier and ``WAIT``, in one
+        pipeline on the slot's master (``_redis_cluster.ClusterCalls.eval``)."""
         await self.ready()
+        if rule is not None:
+            return await during_migration(lambda: self._on_master(rule, script, keys, args))
         return await during_migration(lambda: self._evalsha(script, keys, args))
+
+    async def _on_master(
+        self, rule: WaitForReplicas, script: AsyncScript, keys: Sequence[str],
+        args: Sequence[Any],
+    ) -> Any:  # fmt: skip
+        """``ClusterCalls.on_master`` for the asyncio client: ``MOVED`` updates the slot map
+        and is raised; a lost connection or ``CLUSTERDOWN`` refreshes it and sends again."""
+        retries = self.client.retry.get_retries()
+        attempt = 0
+        while True:
+            try:
+                node = self.client.get_node_from_key(self.key)
+                return await rule.evalsha_via_async(
+                    partial(_send_on, node), partial(self._load, script, node), script,
+                    list(keys), list(args),
+                )  # fmt: skip
+            except redis.exceptions.MovedError as moved:
+                await self.client.nodes_manager.move_slot(moved)
+                raise
+            except sync.REFRESH_ERRORS:
+                if attempt >= retries:
+                    raise
+            await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+            attempt += 1
+            await self.client.nodes_manager.initialize()
+
+    async def _load(self, script: AsyncScript, node: ClusterNode) -> str:
+        await self.client.execute_command("SCRIPT LOAD", script.script, target_nodes=node)
+        return script.sha  # the SHA1 of its text, wherever it is loaded
 
     async def _evalsha(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
         loads = 0
@@ -113,6 +155,14 @@ class AsyncClusterCalls:
         return hello_supports_flags(hello)
 
 
+async def _send_on(node: ClusterNode, commands: list[RawCommand]) -> list[Any]:
+    """``commands`` in one round trip on one connection of ``node``; a refused one's reply
+    is its exception."""
+    queued = [PipelineCommand(i, *command) for i, command in enumerate(commands)]
+    await node.execute_pipeline(queued)
+    return [command.result for command in queued]
+
+
 async def during_migration(call: Callable[[], Awaitable[T]]) -> T:
     """``_redis_cluster.during_migration`` for coroutines."""
     deadline = time.monotonic() + sync.MIGRATION_WAIT
@@ -120,7 +170,7 @@ async def during_migration(call: Callable[[], Awaitable[T]]) -> T:
     while True:
         try:
             return await call()
-        except (redis.exceptions.TryAgainError, redis.exceptions.ClusterError) as exc:
+        except sync.MIGRATION_ERRORS as exc:
             if not sync.is_migrating(exc) or time.monotonic() + delay > deadline:
                 raise
         await asyncio.sleep(delay)

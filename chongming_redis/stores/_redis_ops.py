@@ -114,9 +114,11 @@ def errors(key: str | None = None) -> Iterator[None]:
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise StoreUnavailable(f"Redis is unreachable: {exc}") from exc
     except (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
-            redis.exceptions.SlotNotCoveredError) as exc:  # fmt: skip
+            redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError) as exc:  # fmt: skip
         # A cluster that is down, failing over or still migrating the namespace's slot after
-        # MIGRATION_WAIT (``_redis_cluster``): the command was refused, never run.
+        # MIGRATION_WAIT (``_redis_cluster``; ASK/MOVED: a durable write sent to the slot's
+        # master itself): the command was refused (or, its barrier refused, its outcome is
+        # unknown); a retry is safe.
         raise StoreUnavailable(f"Redis Cluster cannot serve the namespace now: {exc}") from exc
     except redis.exceptions.RedisClusterException as exc:
         raise StoreError(f"Redis Cluster error: {exc}") from exc

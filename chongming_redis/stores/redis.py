@@ -29,12 +29,12 @@ from redis.commands.core import Script
 from chongming_redis.errors import CorruptRecord, StoreClosed
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores import _common as check
+from chongming_redis.stores import _redis_durability as durability
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import TASK_FIELDS, Keys
-from chongming_redis.stores._redis_cluster import NO_CLUSTER_WAIT, ClusterCalls, connect_cluster
+from chongming_redis.stores._redis_cluster import ClusterCalls, connect_cluster
 from chongming_redis.stores._redis_connect import connect
-from chongming_redis.stores._redis_durability import check_replicas, wait_rule, write_or_read
 from chongming_redis.stores._redis_extensions import RedisExtensions
 from chongming_redis.stores._redis_ops import QUERY_BUDGET, QUERY_PAGE
 from chongming_redis.stores._redis_rows import encode_entry, hash_changes, pairs, token
@@ -78,14 +78,14 @@ class RedisTaskStore(RedisExtensions):
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisTaskStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
-        #: ``durability_replicas``: writes wait for replicas (``_redis_durability``)
-        self.wait_rule = wait_rule(durability_replicas, durability_timeout,
-                                   client.get_connection_kwargs().get("socket_timeout"),
-                                   self.keys.wait_barrier)  # fmt: skip
         #: On Redis Cluster: the calls routed to the namespace's slot (``_redis_cluster``).
         self._cluster = ClusterCalls.of(client, self.keys.root)
-        if self._cluster and self.wait_rule:
-            raise ValueError(NO_CLUSTER_WAIT)
+        #: ``durability_replicas``: writes wait for replicas (``_redis_durability``)
+        self.wait_rule = durability.wait_rule(
+            durability_replicas, durability_timeout,
+            client.get_connection_kwargs().get("socket_timeout"),
+            durability.barrier(self.keys, cluster=self._cluster is not None),
+        )  # fmt: skip
         self._client: redis.Redis = client  # type: ignore[assignment]  # same commands
         self._owns_client = owns_client
         self._closed = False
@@ -113,7 +113,8 @@ class RedisTaskStore(RedisExtensions):
             elif check_server:
                 check_server_settings(self._client)
             if self.wait_rule is not None:
-                check_replicas(self._client, self.wait_rule)
+                durability.check_replicas(self._cluster.master() if self._cluster else
+                                          self._client, self.wait_rule)  # fmt: skip
 
     @classmethod
     def from_url(
@@ -143,9 +144,8 @@ class RedisTaskStore(RedisExtensions):
         raises ``StoreUnavailable`` (``_redis_durability``).
         ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis_cluster``).
         """
-        Keys(namespace)  # refuse a bad namespace before connecting
-        if cluster and durability_replicas:
-            raise ValueError(NO_CLUSTER_WAIT)
+        Keys(namespace)  # refuse a bad namespace, and bad durability options, before connecting
+        durability.wait_rule(durability_replicas, durability_timeout, socket_timeout, ())
         make = connect_cluster if cluster else connect
         client = make(url, socket_timeout=socket_timeout, retries=retries,
                          socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
@@ -340,10 +340,11 @@ class RedisTaskStore(RedisExtensions):
             reply = self._request(request)
 
     def _request(self, request: ops.Request) -> Any:
-        if isinstance(request, ops.Read) and self._cluster and request.method == "time":
-            return self._read(request.key, lambda c: self._cluster.time())  # type: ignore[union-attr]
+        if isinstance(request, ops.Read) and self._cluster:
+            read = partial(self._cluster.read, self.wait_rule, request.method, request.args)
+            return self._read(request.key, lambda c: read())
         if isinstance(request, ops.Read):
-            call = partial(write_or_read, self.wait_rule, request.method, request.args)
+            call = partial(durability.write_or_read, self.wait_rule, request.method, request.args)
             return self._read(request.key, call)
         return replies.check(request.call, self._eval(request.name, request.keys, request.args))
 
@@ -358,7 +359,8 @@ class RedisTaskStore(RedisExtensions):
         script = self._scripts[name]
         with ops.errors():
             if self._cluster is not None:
-                reply = self._cluster.eval(script, keys, args)
+                rule = None if name in READ_ONLY_SCRIPTS else self.wait_rule
+                reply = self._cluster.eval(script, keys, args, rule)
             elif name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = self._evalsha_ro(script, keys, args)
             elif self.wait_rule is not None and name not in READ_ONLY_SCRIPTS:

@@ -32,9 +32,8 @@ from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, 
 from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import Keys
-from chongming_redis.stores._redis_cluster import NO_CLUSTER_WAIT
 from chongming_redis.stores._redis_cluster_async import AsyncClusterCalls, connect_cluster_async
-from chongming_redis.stores._redis_durability import wait_rule
+from chongming_redis.stores._redis_durability import barrier, wait_rule
 from chongming_redis.stores._redis_sentinel import async_sentinel_client, is_sentinel_url
 from chongming_redis.stores._redis_server import hello_supports_flags
 from chongming_redis.stores._replies import text
@@ -65,15 +64,13 @@ class AsyncRedisStore:
         if kwargs.get("decode_responses"):
             raise ValueError("AsyncRedisStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
-        #: ``durability_replicas``: writes wait for replicas, as ``RedisTaskStore``'s
-        #: (``_redis_durability``; not checked at open: the first write says it).
-        timeout = kwargs.get("socket_timeout")
-        self.wait_rule = wait_rule(durability_replicas, durability_timeout, timeout,
-                                   self.keys.wait_barrier)  # fmt: skip
         #: On Redis Cluster: the calls routed to the namespace's slot (``_redis_cluster_async``).
         self._cluster = AsyncClusterCalls.of(client, self.keys.root)
-        if self._cluster and self.wait_rule:
-            raise ValueError(NO_CLUSTER_WAIT)
+        #: ``durability_replicas``: writes wait for replicas, as ``RedisTaskStore``'s
+        #: (``_redis_durability``; not checked at open: the first write says it).
+        self.wait_rule = wait_rule(durability_replicas, durability_timeout,
+                                   kwargs.get("socket_timeout"),
+                                   barrier(self.keys, cluster=bool(self._cluster)))  # fmt: skip
         self._client: redis.asyncio.Redis = client  # type: ignore[assignment]
         self._owns_client = owns_client
         self._closed = False
@@ -102,12 +99,12 @@ class AsyncRedisStore:
         ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis_cluster_async``)."""
         Keys(namespace)  # refuse a bad namespace before anything else
         if cluster:
-            if durability_replicas:
-                raise ValueError(NO_CLUSTER_WAIT)
             made = connect_cluster_async(url, socket_timeout=socket_timeout, retries=retries,
                                          socket_connect_timeout=socket_connect_timeout,
                                          **options)  # fmt: skip
-            store = cls(made, namespace=namespace, owns_client=True)
+            store = cls(made, namespace=namespace, owns_client=True,
+                        durability_replicas=durability_replicas,
+                        durability_timeout=durability_timeout)  # fmt: skip
             store._cluster.url = url  # type: ignore[union-attr]  # for its connection errors
             return store
         make = async_sentinel_client if is_sentinel_url(url) else redis.asyncio.Redis.from_url
@@ -224,7 +221,8 @@ class AsyncRedisStore:
         with ops.errors():
             script = await self._script(request.name)
             if self._cluster is not None:
-                reply = await self._cluster.eval(script, keys, args)
+                rule = None if request.name in READ_ONLY_SCRIPTS else self.wait_rule
+                reply = await self._cluster.eval(script, keys, args, rule)
             elif request.name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
                 reply = await self._evalsha_ro(script, keys, args)
             elif self.wait_rule is not None and request.name not in READ_ONLY_SCRIPTS:

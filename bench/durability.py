@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.durability            # 2,000 calls per kind and setting
     .venv/bin/python -m bench.durability --calls 500
+    .venv/bin/python -m bench.durability --cluster  # on a 3-master/3-replica Redis Cluster
 
 A private primary and one replica (both ``appendonly yes``, ``appendfsync always``: the
 settings the store asks for; the replica writes its own AOF) on this machine. One client calls,
@@ -16,6 +17,12 @@ with ``durability_replicas=0`` (the default: the primary's reply is the acknowle
 prints the median µs per call, the difference, and the ratio N=1 / N=0. Then the same with the
 AOF off on both servers (a tuned figure: no fsync in either path), and what ``get`` (a read,
 never followed by ``WAIT``) costs for comparison. No assertions: docs/reliability.md records.
+
+``--cluster``: the same calls on a Redis Cluster of three masters with a replica each
+(``tests/support/redis_cluster.py``, every node ``appendfsync always``), the store opened with
+``cluster=True``: with N=1 each write goes as EVALSHA + ``SET {ns}:wait`` + ``WAIT 1`` in one
+pipeline on a connection of the namespace's slot master (both namespaces in one slot, so on
+one master); then with the AOF switched off on every node (``CONFIG SET``).
 """
 
 from __future__ import annotations
@@ -88,13 +95,13 @@ class Chain:
         self.store.commit_tasks([(task(f"c{i}"), None, []) for i in range(first, self.made)])
 
 
-def measure(url: str, calls: int) -> dict[tuple[str, int], float]:
+def measure(url: str, calls: int, cluster: bool = False) -> dict[tuple[str, int], float]:
     """Median µs per call for each (kind, durability_replicas), rounds alternating."""
     samples: dict[tuple[str, int], list[float]] = {}
     chains = {}
-    for n in (0, 1):
-        store = RedisTaskStore.from_url(url, namespace=f"bench-durability-{n}", check_server=False,
-                                        durability_replicas=n)  # fmt: skip
+    for n, namespace in enumerate(namespaces(cluster)):
+        store = RedisTaskStore.from_url(url, namespace=namespace, check_server=False,
+                                        durability_replicas=n, cluster=cluster)  # fmt: skip
         store.drop_namespace()
         for kind in ("save", "commit_tasks", "get"):
             chains[kind, n] = Chain(store, kind)
@@ -104,6 +111,18 @@ def measure(url: str, calls: int) -> dict[tuple[str, int], float]:
             count = max(1, calls // (BATCH // 5)) if key[0] == "commit_tasks" else calls
             samples.setdefault(key, []).append(chain.run(max(1, count // ROUNDS)))
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def namespaces(cluster: bool) -> tuple[str, str]:
+    """The namespaces of N=0 and N=1; on a cluster both in one slot, so on one master."""
+    if not cluster:
+        return "bench-durability-0", "bench-durability-1"
+    from redis.crc import key_slot
+
+    from tests.support.redis_cluster import namespace_in
+
+    first = "bench-durability-0"
+    return first, namespace_in(key_slot(first.encode()), prefix="bench-durability-n1")
 
 
 def report(console: Console, title: str, results: dict[tuple[str, int], float]) -> None:
@@ -118,11 +137,34 @@ def report(console: Console, title: str, results: dict[tuple[str, int], float]) 
     console.print(table)
 
 
+def on_cluster(console: Console, calls: int) -> None:
+    """The same rounds on a Redis Cluster (``--cluster``), AOF on, then off on every node."""
+    from tests.support.redis_cluster import RedisClusterProcs
+
+    cluster = RedisClusterProcs()
+    try:
+        for aof, title in ((True, "defaults: appendfsync always on every node"),
+                           (False, "tuned: AOF off on every node")):  # fmt: skip
+            for port in cluster.ports:
+                with cluster.client(port) as node:
+                    node.config_set("appendonly", "yes" if aof else "no")
+            cluster.wait_stable()
+            results = measure(cluster.url, calls, cluster=True)
+            report(console, f"durability_replicas=1 vs 0 on Redis Cluster, 3 masters with a "
+                   f"replica each ({title})", results)  # fmt: skip
+    finally:
+        cluster.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per kind and setting")
+    parser.add_argument("--cluster", action="store_true", help="on a Redis Cluster instead")
     args = parser.parse_args()
     console = Console()
+    if args.cluster:
+        on_cluster(console, args.calls)
+        return
     for aof, title in ((True, "defaults: appendfsync always on both"),
                        (False, "tuned: AOF off on both")):  # fmt: skip
         primary, replica = start_pair(aof)

@@ -52,11 +52,11 @@ from bench.drains import Check, check_entries, code_under_test, load_average
 from bench.store_reports import drain_table, latency_table
 from bench.store_worker import NUM_BUCKETS, Pool, app
 from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded_postgres import PostgresProc
 from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.urls import open_store_url
-from tests.support.postgres_server import PostgresProc
 
 STORES = ("redis", "redis-aof", "sqlite", "sqlite-normal", "postgres", "postgres-async")
 LABELS = {

@@ -33,7 +33,7 @@ from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.pool import BucketPool
 from chongming_redis.runtime.retry import RetryPolicy
-from tests.support.processes import Worker
+from chongming_redis.testing.processes import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_BUCKETS = 64  # the CLI's --num-buckets default

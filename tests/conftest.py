@@ -1,5 +1,5 @@
 """Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port; tests
-that need PostgreSQL get a private server the same way (``tests/support/postgres_server.py``).
+that need PostgreSQL get a private server the same way (``chongming_redis/embedded_postgres.py``).
 
 Locally a missing ``redis-server`` (or PostgreSQL) skips those tests with a reason; in CI (``CI``
 set) it is a failure, so the server proofs can never silently disappear from a green run.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.postgres_server import PostgresProc, postgres_bin_dir
+from chongming_redis.embedded_postgres import PostgresProc, postgres_bin_dir
 from tests.support.redis_cluster import RedisClusterProcs, redis_cli_path
 from tests.support.redis_server import RedisProc, redis_server_path
 from tests.support.store_targets import StoreTarget, store_target

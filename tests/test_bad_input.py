@@ -85,12 +85,12 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.embedded_postgres import PostgresProc
 from chongming_redis.stores._keys import Keys
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, snapshot_to_row
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore
-from tests.support.postgres_server import PostgresProc
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
+from chongming_redis.embedded_postgres import PostgresProc
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
 from chongming_redis.testing.feed_contract import FeedContract
 from chongming_redis.testing.store_contract import StoreContract
-from tests.support.postgres_server import PostgresProc
 from tests.support.sqlite_files import SQLITE_EXTENSIONS
 
 #: Every extension but the Redis pub/sub nudges (``NudgeStore``): the runtime polls instead.

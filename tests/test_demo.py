@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from chongming_redis.embedded_postgres import PostgresProc
 from tests.conftest import require_redis_server
-from tests.support.postgres_server import PostgresProc
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 

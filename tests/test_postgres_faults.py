@@ -39,8 +39,8 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.embedded_postgres import PostgresProc
 from chongming_redis.stores.postgres import PostgresTaskStore
-from tests.support.postgres_server import PostgresProc
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

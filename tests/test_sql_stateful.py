@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from chongming_redis.embedded_postgres import PostgresProc
 from chongming_redis.stores._sql_store import SqlTaskStore
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore
-from tests.support.postgres_server import PostgresProc
 from tests.test_redis_stateful import _run
 
 pytestmark = pytest.mark.slow

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from chongming_redis.embedded_postgres import PostgresProc
 from chongming_redis.model import TaskSnapshot, TaskStatus
 from chongming_redis.stores.urls import (
     StoreUrlError,
@@ -26,7 +27,6 @@ from chongming_redis.stores.urls import (
     parse_store_url,
     shown_url,
 )
-from tests.support.postgres_server import PostgresProc
 from tests.support.redis_server import RedisProc, free_port
 from tests.test_cli import APP, ROOT, cli, ok, user_error
 

@@ -1,6 +1,7 @@
-"""A real PostgreSQL server for tests: Debian's ``initdb`` and ``postgres`` binaries
-(``/usr/lib/postgresql/<major>/bin``, the ``postgresql`` package) run on a fresh data directory
-in a temporary directory, on a free loopback port, with the unix socket in that directory.
+"""A private PostgreSQL server for tests and benchmarks: Debian's ``initdb`` and ``postgres``
+binaries (``/usr/lib/postgresql/<major>/bin``, the ``postgresql`` package) run on a fresh data
+directory in a temporary directory, on a free loopback port, with the unix socket in that
+directory.
 
 * ``initdb`` refuses to run as root, and so does ``postgres``: as root (CI, this machine) both run
   as the unprivileged ``postgres`` user the package creates (``subprocess``'s ``user=``), and the

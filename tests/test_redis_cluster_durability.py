@@ -7,10 +7,11 @@ replica holds exactly what the master holds. With the replica stopped (SIGSTOP, 
 the cluster's node timeout) a write is ``StoreUnavailable`` after its ``WAIT`` timeout, reads
 still work, and once it is back a retry meets the first attempt's write (a conflict naming
 it), never a second bump. A flushed script cache is loaded again; a write sent to a master
-that lost the slot (``MOVED``) or during the slot's migration waits it out and lands once; a
-``MOVED`` reply with a confirming ``WAIT`` behind it is never a success. The check at open asks
-the slot's master. The async store waits the same way. The CLI's ``--cluster
---durability-replicas 1`` runs a worker to the end.
+that lost the slot (``MOVED``) or during the slot's migration waits it out and lands once, and
+so do writes of every kind from four threads during a slow migration and during ``CLUSTER
+FAILOVER``; a ``MOVED`` reply with a confirming ``WAIT`` behind it is never a success, nor a
+``WAIT`` cut short by a demotion. The check at open asks the slot's master. The async store
+waits the same way. The CLI's ``--cluster --durability-replicas 1`` runs a worker to the end.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ it), never a second bump. A flushed script cache is loaded again; a write sent t
 that lost the slot (``MOVED``) or during the slot's migration waits it out and lands once, and
 so do writes of every kind from four threads during a slow migration and during ``CLUSTER
 FAILOVER``; a ``MOVED`` reply with a confirming ``WAIT`` behind it is never a success, nor a
-``WAIT`` cut short by a demotion. The check at open asks the slot's master. The async store
+``WAIT`` cut short by a demotion. After kill -9 of the master (on a cluster of the test's
+own) no write is acknowledged until the promoted replica has a replica again, and every
+acknowledged version survives. The check at open asks the slot's master. The async store
 waits the same way. The CLI's ``--cluster --durability-replicas 1`` runs a worker to the end.
 """
 
@@ -336,6 +338,58 @@ def test_writes_during_a_failover_of_the_namespace_master_all_land_once(
     assert dump(redis_cluster, replica.port, namespace) == dump(
         redis_cluster, new_master.port, namespace
     )
+
+
+@pytest.fixture
+def own_cluster(redis_cluster: RedisClusterProcs) -> Iterator[RedisClusterProcs]:
+    """A cluster of its own, for a test that kills a master (the session's stays untouched;
+    asking for it skips, or fails in CI, without redis-server and redis-cli)."""
+    cluster = RedisClusterProcs()
+    yield cluster
+    cluster.close()
+
+
+def test_a_dead_master_never_acknowledges_and_its_promoted_replica_waits_for_a_replica(
+    own_cluster: RedisClusterProcs, namespace: str
+) -> None:
+    """kill -9 of the namespace's master: writes are ``StoreUnavailable`` (the master is
+    unreachable, then the promoted replica has no replica of its own: "only 0 of 1")
+    until the old master is back as the new one's replica; then the writes are confirmed
+    again, and every acknowledged version is there."""
+    store = RedisTaskStore.from_url(own_cluster.url, namespace=namespace, cluster=True,
+                                    durability_replicas=1, durability_timeout=0.3)  # fmt: skip
+    try:
+        store.create(task("a"))
+        for version in range(2, 6):
+            store.save(task("a", version), expect_version=version - 1)
+        master, replica = holders(own_cluster, store)
+        dead = own_cluster.server(master.port)
+        dead.kill9()
+        refusals: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with pytest.raises(StoreUnavailable) as refused:  # never acknowledged
+                store.save(task("a", 6), expect_version=5)
+            refusals.append(str(refused.value))
+            if "only 0 of 1" in refusals[-1]:  # promoted, alone
+                break
+            time.sleep(0.1)
+        assert "only 0 of 1" in refusals[-1], refusals[-3:]
+        with own_cluster.client(replica.port) as promoted:
+            assert promoted.info("replication")["role"] == "master"
+        dead.restart()  # rejoins as the promoted node's replica
+        own_cluster.wait_stable()
+        try:
+            store.save(task("a", 6), expect_version=5)
+        except ConcurrencyConflict as conflict:  # an unconfirmed attempt had landed
+            assert conflict.actual == 6
+        store.save(task("a", 7), expect_version=6)
+        assert store.get("a") == task("a", 7)
+        assert dump(own_cluster, master.port, namespace) == dump(
+            own_cluster, replica.port, namespace
+        )  # the old master, now the replica, holds it all
+    finally:
+        store.close()
 
 
 def test_the_async_store_waits_on_the_slot_master(

@@ -34,6 +34,7 @@ key already migrated). What this module adds:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -67,6 +68,8 @@ REFRESH_ERRORS = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.SlotNotCoveredError,
 )
+#: A refresh of the slot map that fails (no node answers): left to the next attempt.
+UNREFRESHED = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 #: A script call loads the script on the node that answered ``NOSCRIPT`` at most this often
 #: (a failover during the call can move it to a node that needs it too).
 SCRIPT_LOADS = 3
@@ -185,7 +188,8 @@ class ClusterCalls:
                     raise
             time.sleep(min(0.05 * 2**attempt, 1.0))
             attempt += 1
-            self.client.nodes_manager.initialize()
+            with contextlib.suppress(*UNREFRESHED):  # the next attempt says what is wrong
+                self.client.nodes_manager.initialize()
 
     def _evalsha(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         loads = 0

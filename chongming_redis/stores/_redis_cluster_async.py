@@ -14,6 +14,7 @@ first call, as the single-server async store does; an unreachable cluster is the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -117,7 +118,8 @@ class AsyncClusterCalls:
                     raise
             await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
             attempt += 1
-            await self.client.nodes_manager.initialize()
+            with contextlib.suppress(*sync.UNREFRESHED):  # the next attempt says what is wrong
+                await self.client.nodes_manager.initialize()
 
     async def _load(self, script: AsyncScript, node: ClusterNode) -> str:
         await self.client.execute_command("SCRIPT LOAD", script.script, target_nodes=node)

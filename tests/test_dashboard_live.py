@@ -186,6 +186,33 @@ def test_the_hub_seeds_from_recent_positions_and_hands_every_change_to_each_subs
     assert got_a == got_b == ["fresh"]
 
 
+def test_a_page_loaded_inside_a_hub_batch_gets_only_what_came_after_its_load() -> None:
+    """The hub behind the feed reads positions 1..12 as one batch; a page that loaded at
+    position 8 already shows 1..8: it is handed 9..12 only (else it would count tasks it
+    shows, or that were there when it loaded, as changed since), a page older than the
+    batch all of it, a page newer than the batch nothing."""
+    import asyncio
+
+    store = InMemoryTaskStore()
+
+    async def scenario() -> tuple[list[str], list[str], bool]:
+        hub = FeedHub(store, interval=0.01, seed_positions=0)
+        assert await hub.step() is False  # caught up with an empty feed
+        for i in range(12):
+            store.create(snapshot(f"t{i:02d}", i))
+        inside, before, after = hub.subscribe(), hub.subscribe(), hub.subscribe()
+        inside.since, before.since, after.since = 8, 0, 12
+        assert await hub.step() is True
+        got_inside = [i.task_id for i in await inside.queue.get()]
+        got_before = [i.task_id for i in await before.queue.get()]
+        return got_inside, got_before, after.queue.empty()
+
+    got_inside, got_before, after_empty = asyncio.run(scenario())
+    assert got_inside == ["t08", "t09", "t10", "t11"]
+    assert got_before == [f"t{i:02d}" for i in range(12)]
+    assert after_empty
+
+
 def test_a_reset_or_an_overflow_reaches_a_stream_as_reset() -> None:
     import asyncio
 

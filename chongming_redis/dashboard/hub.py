@@ -154,12 +154,37 @@ class FeedHub:
             return True
         if not page.tasks:
             return False
+        start, end = int(cursor), int(page.next_cursor)
+        # A page that loaded between this page's first and last position already shows the
+        # part up to its ``since``: it gets only what came after, read from there (before
+        # the cursor moves: a failed read leaves the whole page to be read again).
+        tails = {}
+        for sub in [s for s in self._subscribers if start < s.since < end]:
+            tail = await self._tail(sub.since, end)
+            if tail is not None:
+                tails[sub] = tail
         self._limp = False
         self.cursor = page.next_cursor
         for item in page.tasks:
             self.throughput.add(item)
-        self._publish(page.tasks, int(page.next_cursor))
+        self._publish(page.tasks, end, tails)
         return True
+
+    async def _tail(self, since: int, end: int) -> list[Item] | None:
+        """The feed's items after position ``since``, read until at least position ``end``;
+        ``None`` past a corrupt record (the subscriber gets the whole page, as before)."""
+        items: list[Item] = []
+        cursor = str(since)
+        while int(cursor) < end:
+            try:
+                page = await to_thread.run_sync(self.feed.changes, cursor, PAGE)
+            except CorruptRecord:
+                return None
+            if not page.tasks:
+                break
+            items.extend(page.tasks)
+            cursor = page.next_cursor
+        return items
 
     async def _start(self) -> str:
         """Seed the throughput from the most recent positions; follow on from the head."""
@@ -173,13 +198,22 @@ class FeedHub:
                 self.throughput.add(item)
             cursor = page.next_cursor
 
-    def _publish(self, items: Sequence[Item], last_position: int) -> None:
-        """An empty batch means "reload everything you show"."""
+    def _publish(
+        self,
+        items: Sequence[Item],
+        last_position: int,
+        tails: dict[Subscription, list[Item]] | None = None,
+    ) -> None:
+        """An empty batch means "reload everything you show"; ``tails``: a subscriber's own
+        part of the batch (``step``)."""
         self.generation += 1
         for sub in self._subscribers:
             if items and last_position <= sub.since:
                 continue
+            batch = (tails or {}).get(sub, items)
+            if items and not batch:
+                continue  # its part of the batch is empty: nothing to say
             try:
-                sub.queue.put_nowait(items)
+                sub.queue.put_nowait(batch)
             except asyncio.QueueFull:
                 sub.overflowed = True

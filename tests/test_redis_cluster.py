@@ -20,12 +20,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
+from chongming_redis.embedded_cluster import RedisClusterProcs, namespace_in
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import Command, CommandKind, TaskQuery, TaskSnapshot, TaskStatus
 from chongming_redis.stores import _redis_cluster
 from chongming_redis.stores._scripts import SCRIPT_NAMES, script_text
 from chongming_redis.stores.redis import RedisTaskStore
-from tests.support.redis_cluster import RedisClusterProcs, namespace_in
 from tests.support.redis_server import RedisProc, free_port
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
+from chongming_redis.embedded_cluster import RedisClusterProcs, namespace_in
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress.app import keys_pattern
 from chongming_redis.stress.harness import Options, libfaketime, run
-from tests.support.redis_cluster import RedisClusterProcs, namespace_in
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
 

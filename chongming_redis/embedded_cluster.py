@@ -1,4 +1,4 @@
-"""A real Redis Cluster for tests: three masters and three replicas on loopback ports.
+"""A real Redis Cluster for tests and benchmarks: three masters and three replicas on loopback.
 
 Six ``redis-server --cluster-enabled yes`` processes (the package's launcher, each in a
 temporary directory of its own, with AOF and ``appendfsync always`` like every test server),
@@ -26,8 +26,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from chongming_redis.embedded import LOOPBACK
-from tests.support.redis_server import RedisProc
+from chongming_redis.embedded import LOOPBACK, RedisProc
 
 __all__ = ["ClusterNode", "RedisClusterProcs", "namespace_in", "redis_cli_path"]
 
@@ -95,7 +94,7 @@ class RedisClusterProcs:
     def nodes(self, port: int | None = None) -> list[ClusterNode]:
         """``CLUSTER NODES`` as one node (a master's by default) sees it."""
         with self.client(port or self.ports[0]) as c:
-            return _parse_nodes(c.execute_command("CLUSTER NODES"))  # type: ignore[no-untyped-call]
+            return _parse_nodes(c.execute_command("CLUSTER NODES"))
 
     def masters(self) -> list[ClusterNode]:
         return sorted((n for n in self.nodes() if n.master), key=lambda n: n.port)
@@ -108,7 +107,7 @@ class RedisClusterProcs:
 
     def keyslot(self, key: str) -> int:
         with self.client(self.ports[0]) as c:
-            return int(c.execute_command("CLUSTER KEYSLOT", key))  # type: ignore[no-untyped-call]
+            return int(c.execute_command("CLUSTER KEYSLOT", key))
 
     # -- what the tests do to it -------------------------------------------------------------
 
@@ -120,20 +119,20 @@ class RedisClusterProcs:
         target = next(n for n in self.nodes() if n.port == to_port)
         assert target.master and target.node_id != source.node_id
         with self.client(source.port) as src, self.client(target.port) as dst:
-            dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source.node_id)  # type: ignore[no-untyped-call]
-            src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target.node_id)  # type: ignore[no-untyped-call]
+            dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source.node_id)
+            src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target.node_id)
             moved = 0
             while True:
-                keys = src.execute_command("CLUSTER GETKEYSINSLOT", slot, batch)  # type: ignore[no-untyped-call]
+                keys = src.execute_command("CLUSTER GETKEYSINSLOT", slot, batch)
                 if not keys:
                     break
                 src.execute_command("MIGRATE", LOOPBACK, target.port, "", 0, 10_000, "KEYS",
-                                    *keys)  # type: ignore[no-untyped-call]  # fmt: skip
+                                    *keys)  # fmt: skip
                 moved += len(keys)
                 time.sleep(pause)
             for node in (target, source):
                 with self.client(node.port) as c:
-                    c.execute_command("CLUSTER SETSLOT", slot, "NODE", target.node_id)  # type: ignore[no-untyped-call]
+                    c.execute_command("CLUSTER SETSLOT", slot, "NODE", target.node_id)
         self.wait_stable()
         return moved
 
@@ -167,7 +166,7 @@ class RedisClusterProcs:
         master = next(n for n in self.nodes() if n.port == master_port)
         replica = self.replica_of(master)
         with self.client(replica.port) as c:
-            c.execute_command("CLUSTER FAILOVER")  # type: ignore[no-untyped-call]
+            c.execute_command("CLUSTER FAILOVER")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if all(self._is_master(replica.node_id, port) for port in self.ports):
@@ -197,7 +196,7 @@ class RedisClusterProcs:
         views = set()
         for port in self.ports:
             with self.client(port) as c:
-                info = c.execute_command("CLUSTER INFO")  # type: ignore[no-untyped-call]
+                info = c.execute_command("CLUSTER INFO")
                 if info.get("cluster_state") != "ok":
                     return f"{port}: cluster_state is not ok"
                 replication = c.info("replication")

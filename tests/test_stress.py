@@ -213,6 +213,20 @@ def _report(seed: int, violations: int = 0, missing: int = 0) -> dict[str, objec
     return report
 
 
+def test_a_run_where_no_task_succeeded_fails_however_clean_its_records() -> None:
+    from chongming_redis.stress.harness import verdict
+
+    clean = _report(1)
+    assert verdict(clean)
+    broken = {**clean, "succeeded": 0, "failed": 10, "failure_types": {"ResponseError": 10}}
+    assert not verdict(broken)  # every task failed (e.g. CROSSSLOT): proves nothing
+    assert not verdict({**clean, "violations": 1})
+    assert not verdict({**clean, "faults_missing": {"worker_kill": 1}})
+    assert verdict({**clean, "submitted": 0, "succeeded": 0})  # nothing asked, nothing owed
+    line = stress_main.summary({**broken, "ok": False})
+    assert "FAIL" in line and "no task succeeded" in line and "failures ResponseError=10" in line
+
+
 def test_the_matrix_fails_when_one_seed_has_a_violation_or_an_unfired_fault(
     monkeypatch: pytest.MonkeyPatch, capsys: CaptureFixture[str]
 ) -> None:

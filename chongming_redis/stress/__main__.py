@@ -124,6 +124,10 @@ def summary(report: dict[str, Any]) -> str:
     bad = {k: report[k] for k in VIOLATION_KINDS if report[k]}
     if bad:
         line += "  " + " ".join(f"{k}={n}" for k, n in bad.items())
+    if report["submitted"] and not report["succeeded"]:
+        line += "  no task succeeded"
+    if report.get("failure_types"):
+        line += "  failures " + " ".join(f"{k}={n}" for k, n in report["failure_types"].items())
     if report["faults_missing"]:
         line += "  missing " + " ".join(f"{k}={n}" for k, n in report["faults_missing"].items())
     return line

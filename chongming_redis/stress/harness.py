@@ -373,7 +373,7 @@ def run(opts: Options) -> dict[str, Any]:
     report["faults_missing"] = missing
     report["fault_log"] = [r for r in log.records if r.get("op") == "fault"]
     report["violations"] = sum(report[k] for k in VIOLATION_KINDS)
-    report["ok"] = report["violations"] == 0 and not missing
+    report["ok"] = verdict(report)
     if proxy is not None:
         proxy.close()
     store.close()
@@ -389,6 +389,14 @@ def run(opts: Options) -> dict[str, Any]:
         if opts.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     return report
+
+
+def verdict(report: dict[str, Any]) -> bool:
+    """A run passes with no violation, every scheduled fault fired, and some progress: a run
+    whose every task failed (a broken app, a store that refuses each step) proves nothing,
+    however clean its records are."""
+    no_progress = report["submitted"] > 0 and report["succeeded"] == 0
+    return report["violations"] == 0 and not report["faults_missing"] and not no_progress
 
 
 def collect(
@@ -443,6 +451,8 @@ def collect(
         "stopped": statuses.get("stopped", 0),
         "lost": statuses.get("lost", 0),
         "unfinished": sum(statuses.get(s, 0) for s in ("pending", "running", "paused")),
+        # why tasks failed (the step never fails by itself: each is a store or worker error)
+        "failure_types": failure_types(finals),
         "retried": retried,
         "starts": sum(sum(checkers.starts_per_attempt(h).values()) for h in histories.values()),
         "executions": sum(len(e) for e in checkers.parse_records(runs).values()),
@@ -461,6 +471,12 @@ def collect(
     report["double_claims"] = counts.get("double_claims", 0)
     report["violation_examples"] = [vars(v) for v in found[:20]]
     return report
+
+
+def failure_types(finals: dict[str, TaskSnapshot | None]) -> dict[str, int]:
+    """How many tasks ended FAILED, by failure type."""
+    failed = [s for s in finals.values() if s is not None and s.status is TaskStatus.FAILED]
+    return dict(Counter(s.failure.error_type if s.failure else "?" for s in failed))
 
 
 def _text(value: Any) -> str:

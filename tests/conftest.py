@@ -42,8 +42,9 @@ def redis_proc() -> Iterator[RedisProc]:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisClusterProcs]:
-    """One Redis Cluster for the session (3 masters, 3 replicas; ``support/redis_cluster.py``);
-    tests isolate themselves by namespace (each its own slot). A test that fails over or
+    """One Redis Cluster for the session (3 masters, 3 replicas;
+    ``chongming_redis/embedded_cluster.py``); tests isolate themselves by namespace (each its
+    own slot). A test that fails over or
     reshards leaves the cluster stable, its slots wherever they ended."""
     require_redis_server()
     if redis_cli_path() is None:

@@ -487,9 +487,13 @@ def test_the_store_sources_never_issue_admin_commands() -> None:
         (ROOT / "lua").rglob("*.lua")
     )
     assert len(sources) > 10 and any(p.suffix == ".lua" for p in sources)
+    # The test cluster launcher administers the private servers it started (MIGRATE ... KEYS
+    # moves a slot's keys); no store, runtime or tool code path reaches it.
+    launchers = {ROOT / "chongming_redis" / "embedded_cluster.py"}
     found = {
         str(path.relative_to(ROOT)): hits
         for path in sources
-        if (hits := admin_calls(path.read_text("utf-8")))
+        if path not in launchers and (hits := admin_calls(path.read_text("utf-8")))
     }
     assert found == {}
+    assert all(p in sources for p in launchers)  # the exemption names a file that exists

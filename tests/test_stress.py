@@ -58,7 +58,7 @@ def _run_stress(tmp_path: Path, *args: str, unsafe: str | None = None) -> tuple[
 
 @pytest.mark.slow
 @pytest.mark.redis
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])  # two more seeds in the matrix test below
 def test_short_clean_run_fires_every_fault_and_finds_no_violation(
     tmp_path: Path, seed: int
 ) -> None:

@@ -41,354 +41,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import struct
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
+
+from chongming_redis.stress.proxy_conn import (
+    BLACKHOLE,
+    DROP_REPLY,
+    LATENCY,
+    REFUSE,
+    RESET_ALL,
+    DropReply,
+    _Conn,
+)
+from chongming_redis.stress.proxy_resp import RespError, parse_request, reply_end
+
+# Re-exported: callers and tests import these from here, where the proxy is documented.
+__all__ = [
+    "BLACKHOLE",
+    "DROP_REPLY",
+    "LATENCY",
+    "LOOPBACK",
+    "REFUSE",
+    "RESET_ALL",
+    "DropReply",
+    "FaultProxy",
+    "RespError",
+    "parse_request",
+    "reply_end",
+]
 
 LOOPBACK = "127.0.0.1"
 T = TypeVar("T")
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-_READ_SIZE = 65536
-_QUEUE_CHUNKS = 256
-_CLOSE = object()  # delivery-queue sentinel: upstream closed, flush then close the client
-_RESET = object()  # delivery-queue sentinel: reset both sides (after earlier data is delivered)
-
-# After these a connection carries unsolicited messages, so replies no longer map to requests.
-_UNTRACKED_AFTER = frozenset({b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE", b"MONITOR"})
-
-# Toxic names used as keys of ``FaultProxy.fired``.
-DROP_REPLY = "drop_reply_of"
-RESET_ALL = "reset_all"
-LATENCY = "latency"
-BLACKHOLE = "blackhole"
-REFUSE = "refuse"
-
-
-class RespError(ValueError):
-    """The byte stream is not RESP this proxy understands."""
-
-
-def parse_request(buf: bytes | bytearray, pos: int = 0) -> tuple[int, bytes | None] | None:
-    """Parse one client request starting at ``pos``.
-
-    Returns ``(end, name)`` where ``name`` is the upper-cased command name, or ``None`` as the
-    name for input Redis treats as "no command, no reply" (``*0``, an empty inline line).
-    Returns ``None`` when the request is not complete yet. Raises :class:`RespError` on input
-    Redis would reject with a protocol error.
-    """
-    size = len(buf)
-    if pos >= size:
-        return None
-    if buf[pos] != ord("*"):
-        # Inline command: one line, '\n' terminated ('\r' optional), whitespace separated.
-        nl = buf.find(b"\n", pos)
-        if nl < 0:
-            return None
-        words = bytes(buf[pos:nl]).split()
-        return nl + 1, (words[0].upper() if words else None)
-    nl = buf.find(b"\r\n", pos)
-    if nl < 0:
-        return None
-    try:
-        count = int(buf[pos + 1 : nl])
-    except ValueError as exc:
-        raise RespError(f"bad multibulk length {bytes(buf[pos:nl])!r}") from exc
-    pos = nl + 2
-    name: bytes | None = None
-    for index in range(max(count, 0)):
-        if pos >= size:
-            return None
-        if buf[pos] != ord("$"):
-            raise RespError(f"expected '$' in request, got {bytes(buf[pos : pos + 1])!r}")
-        nl = buf.find(b"\r\n", pos)
-        if nl < 0:
-            return None
-        try:
-            length = int(buf[pos + 1 : nl])
-        except ValueError as exc:
-            raise RespError(f"bad bulk length {bytes(buf[pos:nl])!r}") from exc
-        if length < 0:
-            raise RespError("negative bulk length in request")
-        start = nl + 2
-        end = start + length + 2
-        if end > size:
-            return None
-        if index == 0:
-            name = bytes(buf[start : start + length]).upper()
-        pos = end
-    return pos, name
-
-
-_SIMPLE = frozenset(b"+-:_,#(")
-_BLOB = frozenset(b"$!=")
-_AGGREGATE = frozenset(b"*~>")
-_MAP = frozenset(b"%|")
-
-
-def reply_end(buf: bytes | bytearray, pos: int = 0) -> int | None:
-    """End offset of the complete RESP2/RESP3 reply starting at ``pos``, or ``None`` if partial.
-
-    Iterative (counts the values still owed), so deep or wide replies cost no recursion.
-    An attribute (``|``) is followed by the value it annotates, which belongs to the same reply.
-    """
-    size = len(buf)
-    owed = 1
-    while owed:
-        if pos >= size:
-            return None
-        kind = buf[pos]
-        nl = buf.find(b"\r\n", pos)
-        if nl < 0:
-            return None
-        header = buf[pos + 1 : nl]
-        pos = nl + 2
-        owed -= 1
-        if kind in _SIMPLE:
-            continue
-        try:
-            count = int(header)
-        except ValueError as exc:
-            raise RespError(f"bad length {bytes(header)!r} for type {chr(kind)!r}") from exc
-        if kind in _BLOB:
-            if count >= 0:
-                pos += count + 2
-                if pos > size:
-                    return None
-        elif kind in _AGGREGATE:
-            owed += max(count, 0)
-        elif kind in _MAP:
-            owed += 2 * max(count, 0) + (1 if kind == ord("|") else 0)
-        else:
-            raise RespError(f"unknown RESP type byte {chr(kind)!r}")
-    return pos
-
-
-@dataclass
-class DropReply:
-    """An armed ``drop_reply_of`` toxic. ``seen`` counts matching requests since arming."""
-
-    command: bytes
-    nth: int
-    seen: int = 0
-    fired: int = 0
-    fired_event: threading.Event = field(default_factory=threading.Event, repr=False)
-
-    @property
-    def armed(self) -> bool:
-        return self.seen < self.nth
-
-    def wait_fired(self, timeout: float = 5.0) -> bool:
-        return self.fired_event.wait(timeout)
-
-
-def _rst(writer: asyncio.StreamWriter | None) -> None:
-    """Close a connection with SO_LINGER 0, so the peer gets a TCP RST instead of a FIN."""
-    if writer is None:
-        return
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
-
-
-class _Conn:
-    """One client connection and its upstream connection."""
-
-    def __init__(
-        self, proxy: FaultProxy, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter
-    ) -> None:
-        self.proxy = proxy
-        self.creader = creader
-        self.cwriter = cwriter
-        self.ureader: asyncio.StreamReader | None = None
-        self.uwriter: asyncio.StreamWriter | None = None
-        self.pending: deque[DropReply | None] = deque()
-        self.tracked = True
-        self.blackholed = False  # swallowed data once: never forwards again
-        self.closed = False
-        self.queue: asyncio.Queue[tuple[float, object]] = asyncio.Queue(_QUEUE_CHUNKS)
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def run(self) -> None:
-        proxy = self.proxy
-        if proxy._refusing:
-            proxy._fire(REFUSE)
-            self.reset()
-            return
-        try:
-            self.ureader, self.uwriter = await asyncio.wait_for(
-                asyncio.open_connection(proxy.upstream_host, proxy.upstream_port),
-                proxy.connect_timeout,
-            )
-        except (OSError, asyncio.TimeoutError):
-            with proxy._lock:
-                proxy._upstream_failures += 1
-            self.reset()
-            return
-        if self.closed:  # reset_all/close while connecting
-            _rst(self.uwriter)
-            return
-        self.tasks = [
-            asyncio.create_task(self._guard(self._client_to_upstream())),
-            asyncio.create_task(self._guard(self._upstream_to_client())),
-            asyncio.create_task(self._guard(self._deliver())),
-        ]
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.reset()
-
-    async def _guard(self, body: object) -> None:
-        try:
-            await body  # type: ignore[misc]
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.reset()
-
-    def reset(self) -> None:
-        """RST both sides and stop every pump of this connection (idempotent; a connection
-        that already closed gracefully is not reset)."""
-        if not self.closed:
-            self.closed = True
-            _rst(self.cwriter)
-            _rst(self.uwriter)
-        current = asyncio.current_task()
-        for task in self.tasks:
-            if task is not current and not task.done():
-                task.cancel()
-
-    def _swallow(self) -> bool:
-        """True when data must be discarded (blackhole on now, or this connection was hit)."""
-        if self.blackholed:
-            return True
-        if self.proxy._blackholing:
-            self.blackholed = True
-            self.proxy._fire(BLACKHOLE)
-            return True
-        return False
-
-    async def _client_to_upstream(self) -> None:
-        assert self.uwriter is not None
-        buf = bytearray()
-        while True:
-            data = await self.creader.read(_READ_SIZE)
-            if not data:
-                if not self.uwriter.is_closing() and self.uwriter.can_write_eof():
-                    self.uwriter.write_eof()
-                return
-            if self._swallow():
-                continue
-            if self.tracked:
-                buf += data
-                # Parse before forwarding so a request is pending before its reply can exist.
-                self._parse_requests(buf)
-            self.uwriter.write(data)
-            await self.uwriter.drain()
-
-    def _parse_requests(self, buf: bytearray) -> None:
-        pos = 0
-        names: list[bytes] = []
-        try:
-            while True:
-                parsed = parse_request(buf, pos)
-                if parsed is None:
-                    break
-                pos, name = parsed
-                if name is not None:
-                    names.append(name)
-            broken = False
-        except RespError:
-            broken = True
-        del buf[:pos]
-        for name in names:
-            self.pending.append(self.proxy._on_request(name) if self.tracked else None)
-            if name in _UNTRACKED_AFTER:
-                self.tracked = False
-        if broken or not self.tracked:
-            self.tracked = False
-            self.pending.clear()
-            buf.clear()
-
-    async def _upstream_to_client(self) -> None:
-        assert self.ureader is not None
-        loop = asyncio.get_running_loop()
-        buf = bytearray()
-        while True:
-            data = await self.ureader.read(_READ_SIZE)
-            if not data:
-                if buf and not self.blackholed:
-                    await self.queue.put((loop.time() + self.proxy._latency, bytes(buf)))
-                await self.queue.put((loop.time() + self.proxy._latency, _CLOSE))
-                return
-            if self._swallow():
-                continue
-            if not self.tracked:
-                await self._enqueue(loop, data)
-                continue
-            buf += data
-            pos = 0
-            doomed: DropReply | None = None
-            try:
-                while True:
-                    if pos < len(buf) and buf[pos] == ord(">"):  # RESP3 push: no request
-                        end = reply_end(buf, pos)
-                        if end is None:
-                            break
-                        pos = end
-                        continue
-                    end = reply_end(buf, pos)
-                    if end is None:
-                        break
-                    owner = self.pending.popleft() if self.pending else None
-                    if owner is not None:
-                        doomed = owner
-                        break
-                    pos = end
-            except RespError:
-                self.tracked = False
-                pos = len(buf)
-            if pos:
-                await self._enqueue(loop, bytes(buf[:pos]))
-            del buf[:pos]
-            if doomed is not None:
-                # The doomed request ran and its whole reply is here: swallow it and reset.
-                self.proxy._fire(DROP_REPLY, doomed)
-                await self.queue.put((loop.time() + self.proxy._latency, _RESET))
-                return
-
-    async def _enqueue(self, loop: asyncio.AbstractEventLoop, data: bytes) -> None:
-        latency = self.proxy._latency
-        if latency > 0:
-            self.proxy._fire(LATENCY)
-        await self.queue.put((loop.time() + latency, data))
-
-    async def _deliver(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            due, item = await self.queue.get()
-            delay = due - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if item is _RESET:
-                self.reset()
-                return
-            if item is _CLOSE:
-                self.closed = True
-                self.cwriter.close()
-                if self.uwriter is not None:
-                    self.uwriter.close()
-                for task in self.tasks:
-                    if task is not asyncio.current_task() and not task.done():
-                        task.cancel()
-                return
-            self.cwriter.write(item)  # type: ignore[arg-type]
-            await self.cwriter.drain()
 
 
 class FaultProxy:

@@ -214,7 +214,7 @@ def _report(seed: int, violations: int = 0, missing: int = 0) -> dict[str, objec
 
 
 def test_a_run_where_no_task_succeeded_fails_however_clean_its_records() -> None:
-    from chongming_redis.stress.harness import verdict
+    from chongming_redis.stress.report import verdict
 
     clean = _report(1)
     assert verdict(clean)

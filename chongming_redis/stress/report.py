@@ -1,0 +1,163 @@
+"""The stress run's report: the ground truth read back from Redis, the checkers run over it, the
+verdict, and the table ``render`` prints. ``harness.run`` calls ``collect`` once the run is
+drained and adds what only it knows (faults, processes, timings)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stress import app as stress_app
+from chongming_redis.stress import checkers
+
+VIOLATION_KINDS = (
+    "duplicate_starts",
+    "duplicate_completions",
+    "double_claims",
+    "duplicate_executions",
+    "cas_chain",
+    "history_gaps",
+    "acked_writes_lost",
+    "command_state",
+    "command_holder",
+)
+
+
+def verdict(report: dict[str, Any]) -> bool:
+    """A run passes with no violation, every scheduled fault fired, and some progress: a run
+    whose every task failed (a broken app, a store that refuses each step) proves nothing,
+    however clean its records are."""
+    no_progress = report["submitted"] > 0 and report["succeeded"] == 0
+    return report["violations"] == 0 and not report["faults_missing"] and not no_progress
+
+
+def collect(
+    store: RedisTaskStore,
+    namespace: str,
+    submitted: list[str],
+    acked_tasks: list[str],
+    acked_commands: list[str],
+) -> dict[str, Any]:
+    """Read the ground truth from Redis and run every checker."""
+    client = store.client
+    finals: dict[str, TaskSnapshot | None] = {t: store.get(t) for t in submitted}
+    histories: dict[str, list[Transition]] = {
+        t: store.history(t) for t, snap in finals.items() if snap is not None
+    }
+    runs = client.lrange(stress_app.runs_key(namespace), 0, -1)
+    effects = client.lrange(stress_app.effects_key(namespace), 0, -1)
+    commands = {}
+    for cid in acked_commands:
+        raw = client.hgetall(store.keys.command(cid))
+        commands[cid] = {_text(k): _text(v) for k, v in raw.items()}
+    queued = [_text(m) for m in client.zrange(store.keys.command_queue, 0, -1)]
+    leased = [_text(m) for m in client.zrange(store.keys.command_leases, 0, -1)]
+    lease_audit = checkers.audit_command_leases(
+        checkers.parse_audit(client.xrange(store.keys.audit, "-", "+"))
+    )
+
+    found = (
+        checkers.check_starts(histories)
+        + checkers.check_completions(histories)
+        + checkers.check_cas_chain(histories, finals)
+        + checkers.check_executions(runs, effects, histories)
+        + checkers.check_durability(acked_tasks, finals, "task")
+        + checkers.check_durability(acked_commands, commands, "command")
+        + checkers.check_commands(commands, queued, leased)
+        + lease_audit.violations
+    )
+    counts = checkers.count(found)
+    statuses = Counter(s.status.value for s in finals.values() if s is not None)
+    retried = sum(
+        1
+        for h in histories.values()
+        if any(
+            e.to_status is TaskStatus.PENDING and (e.reason or "").startswith("retry") for e in h
+        )
+    )
+    report: dict[str, Any] = {
+        "submitted": len(acked_tasks),
+        "submit_attempts": len(submitted),
+        "succeeded": statuses.get("succeeded", 0),
+        "failed": statuses.get("failed", 0),
+        "stopped": statuses.get("stopped", 0),
+        "lost": statuses.get("lost", 0),
+        "unfinished": sum(statuses.get(s, 0) for s in ("pending", "running", "paused")),
+        # why tasks failed (the step never fails by itself: each is a store or worker error)
+        "failure_types": failure_types(finals),
+        "retried": retried,
+        "starts": sum(sum(checkers.starts_per_attempt(h).values()) for h in histories.values()),
+        "executions": sum(len(e) for e in checkers.parse_records(runs).values()),
+        "fenced_effects": sum(len(e) for e in checkers.parse_records(effects).values()),
+        "commands_sent": len(acked_commands),
+        "commands_finished": sum(1 for c in commands.values() if c.get("f")),
+        "command_outcomes": dict(Counter(c.get("o", "") for c in commands.values() if c.get("f"))),
+        # the server-side command lease audit ({ns}:audit), replayed by check_command_leases
+        "audit_claims": lease_audit.claims,
+        "audit_completes": lease_audit.completes,
+        "audit_releases": lease_audit.releases,
+        "completions_without_lease": lease_audit.completions_without_lease,
+    }
+    for kind in VIOLATION_KINDS:
+        report[kind] = counts.get(kind, 0)
+    report["double_claims"] = counts.get("double_claims", 0)
+    report["violation_examples"] = [vars(v) for v in found[:20]]
+    return report
+
+
+def failure_types(finals: dict[str, TaskSnapshot | None]) -> dict[str, int]:
+    """How many tasks ended FAILED, by failure type."""
+    failed = [s for s in finals.values() if s is not None and s.status is TaskStatus.FAILED]
+    return dict(Counter(s.failure.error_type if s.failure else "?" for s in failed))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def render(report: dict[str, Any], *, stderr: bool = False) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"stress run, seed {report['seed']}: "
+        f"{'[green]PASS[/]' if report['ok'] else '[red]FAIL[/]'}"
+    )
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key in (
+        "submitted",
+        "succeeded",
+        "failed",
+        "stopped",
+        "lost",
+        "unfinished",
+        "retried",
+        "starts",
+        "executions",
+        "fenced_effects",
+        "commands_sent",
+        "commands_finished",
+        "audit_claims",
+        "audit_completes",
+        "audit_releases",
+        "completions_without_lease",
+        "worker_processes_started",
+        "seconds",
+    ):
+        table.add_row(key, str(report[key]))
+    for key in VIOLATION_KINDS:
+        value = report[key]
+        table.add_row(f"violations: {key}", f"[red]{value}[/]" if value else "0")
+    for kind, n in sorted(report["faults_scheduled"].items()):
+        fired = report["faults_fired"].get(kind, 0)
+        style = "" if fired >= n else "[red]"
+        table.add_row(f"fault: {kind}", f"{style}{fired}/{n} fired")
+    for kind, why in sorted(report.get("faults_skipped", {}).items()):
+        table.add_row(f"skipped: {kind}", why)
+    console = Console(stderr=stderr)
+    console.print(table)
+    for v in report["violation_examples"]:
+        console.print(f"[red]{v['kind']}[/] {v['task_id']}: {v['detail']}", highlight=False)

@@ -41,12 +41,12 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.retry import Retry
 
 from chongming_redis.errors import StoreError, StoreUnavailable
+from chongming_redis.stores._redis_connect import client_from_url
 from chongming_redis.stores._redis_durability import WRITING_READS, WaitForReplicas
 from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
 
@@ -89,16 +89,9 @@ def connect_cluster(
     first). It connects at once: an unreachable cluster is ``StoreUnavailable``, a server
     that is not a cluster node ``StoreError``, a bad URL ``ValueError``."""
     try:
-        return RedisCluster.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
-            decode_responses=False,
-            **options,
-        )
-    except ValueError as exc:
-        raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+        return client_from_url(RedisCluster.from_url, url, Retry, socket_timeout=socket_timeout,
+                               socket_connect_timeout=socket_connect_timeout, retries=retries,
+                               **options)  # fmt: skip
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise StoreUnavailable(f"Redis Cluster is unreachable: {exc}") from exc
     except redis.exceptions.RedisClusterException as exc:

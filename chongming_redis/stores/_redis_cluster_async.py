@@ -24,10 +24,10 @@ import redis
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 
 from chongming_redis.stores import _redis_cluster as sync
+from chongming_redis.stores._redis_connect import client_from_url
 from chongming_redis.stores._redis_durability import RawCommand, WaitForReplicas
 from chongming_redis.stores._redis_server import hello_supports_flags
 
@@ -45,16 +45,10 @@ def connect_cluster_async(
     """An asyncio ``RedisCluster`` from one node's URL; connects at its first call. A bad
     URL (``unix://``, a database other than 0) is ``ValueError`` here."""
     try:
-        return AsyncRedisCluster.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
-            decode_responses=False,
-            **options,
-        )
-    except ValueError as exc:
-        raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+        return client_from_url(AsyncRedisCluster.from_url, url, Retry,
+                               socket_timeout=socket_timeout, retries=retries,
+                               socket_connect_timeout=socket_connect_timeout,
+                               **options)  # fmt: skip
     except redis.exceptions.RedisClusterException as exc:
         raise sync.cluster_error(url, exc) from exc
 

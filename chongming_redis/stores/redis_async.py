@@ -24,7 +24,6 @@ import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 
 from chongming_redis.errors import StoreClosed, StoreError
@@ -33,6 +32,7 @@ from chongming_redis.stores import _redis_ops as ops
 from chongming_redis.stores import _replies as replies
 from chongming_redis.stores._keys import Keys
 from chongming_redis.stores._redis_cluster_async import AsyncClusterCalls, connect_cluster_async
+from chongming_redis.stores._redis_connect import client_from_url
 from chongming_redis.stores._redis_durability import barrier, wait_rule
 from chongming_redis.stores._redis_sentinel import async_sentinel_client, is_sentinel_url
 from chongming_redis.stores._redis_server import hello_supports_flags
@@ -108,17 +108,9 @@ class AsyncRedisStore:
             store._cluster.url = url  # type: ignore[union-attr]  # for its connection errors
             return store
         make = async_sentinel_client if is_sentinel_url(url) else redis.asyncio.Redis.from_url
-        try:
-            client = make(
-                url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_connect_timeout,
-                retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries),
-                decode_responses=False,
-                **options,
-            )
-        except ValueError as exc:
-            raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+        client = client_from_url(make, url, Retry, socket_timeout=socket_timeout, retries=retries,
+                                 socket_connect_timeout=socket_connect_timeout,
+                                 **options)  # fmt: skip
         return cls(client, namespace=namespace, owns_client=True,
                    durability_replicas=durability_replicas,
                    durability_timeout=durability_timeout)  # fmt: skip

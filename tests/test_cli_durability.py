@@ -23,7 +23,10 @@ import pytest
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
-from tests.support.replicated_redis import start_primary, start_replica, wait_replicas
+from tests.support.replicated_redis import (
+    primary_with_replica,
+    wait_replicas,
+)
 from tests.test_cli import APP, ROOT, cli, ok, user_error
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -32,16 +35,8 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[RedisProc, RedisProc]]:
     request.getfixturevalue("redis_proc")  # skips, or fails in CI, without redis-server
-    primary = start_primary()
-    try:
-        replica = start_replica(primary.port)
-        try:
-            wait_replicas(primary, 1)
-            yield primary, replica
-        finally:
-            replica.close()
-    finally:
-        primary.close()
+    with primary_with_replica() as servers:
+        yield servers
 
 
 def keys_of(server: RedisProc, namespace: str) -> int:

@@ -31,7 +31,10 @@ from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.redis_async import AsyncRedisStore
 from chongming_redis.stress.fault_proxy import FaultProxy
 from tests.support.redis_server import RedisProc, free_port
-from tests.support.replicated_redis import start_primary, start_replica, wait_replicas
+from tests.support.replicated_redis import (
+    primary_with_replica,
+    wait_replicas,
+)
 from tests.test_redis_acl import PASSWORD, add_user
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -43,16 +46,8 @@ T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 def pair(request: pytest.FixtureRequest) -> Iterator[tuple[RedisProc, RedisProc]]:
     """A primary and its replica for this module (tests that stop the replica resume it)."""
     request.getfixturevalue("redis_proc")  # skips, or fails in CI, without redis-server
-    primary = start_primary()
-    try:
-        replica = start_replica(primary.port)
-        try:
-            wait_replicas(primary, 1)
-            yield primary, replica
-        finally:
-            replica.close()
-    finally:
-        primary.close()
+    with primary_with_replica() as servers:
+        yield servers
 
 
 @pytest.fixture

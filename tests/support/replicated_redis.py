@@ -22,7 +22,8 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,21 @@ def start_replica(primary_port: int, *, extra_args: tuple[str, ...] = ()) -> Red
 
 def _linked(info: dict[str, Any]) -> bool:
     return info.get("master_link_status") == "up" and not info.get("master_sync_in_progress")
+
+
+@contextmanager
+def primary_with_replica() -> Iterator[tuple[RedisProc, RedisProc]]:
+    """A primary and one replica already in sync with it; both closed at the end."""
+    primary = start_primary()
+    try:
+        replica = start_replica(primary.port)
+        try:
+            wait_replicas(primary, 1)
+            yield primary, replica
+        finally:
+            replica.close()
+    finally:
+        primary.close()
 
 
 def wait_replicas(server: RedisProc, count: int, timeout: float = 15.0) -> None:

@@ -22,6 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -397,3 +398,31 @@ def test_completing_twice_keeps_the_first_outcome_and_finish_time(store: Any) ->
     assert (stored.finished_at, stored.outcome) == (at(1), "stopped")
     store.release_command("c1", now=at(3))
     assert store.get_command("c1") == stored  # a finished command stays as it is
+
+
+def test_close_from_another_thread_waits_for_a_running_transaction(path: Path) -> None:
+    """Closing a connection while another thread runs a statement on it crashes the process
+    (seen in CI: a dashboard's feed thread inside COMMIT while its store was closed). close()
+    waits for the transaction; the thread's next call is StoreClosed."""
+    store = SqliteTaskStore(path)
+    store.create(snapshot("t1"))
+    inside, results = threading.Event(), []
+
+    def long_transaction() -> None:
+        with store._transaction(write=True) as tx:
+            inside.set()
+            time.sleep(0.5)  # close() is called meanwhile
+            assert tx.rows("SELECT 1") == [(1,)]
+        results.append("committed")
+        try:
+            store.get("t1")
+        except StoreClosed:
+            results.append("closed after")
+
+    worker = threading.Thread(target=long_transaction)
+    worker.start()
+    assert inside.wait(10)
+    store.close()
+    assert results[:1] == ["committed"]  # close() returned only after the commit
+    worker.join(10)
+    assert results == ["committed", "closed after"]

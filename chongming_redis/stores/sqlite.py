@@ -57,7 +57,13 @@ MAX_BUSY_TIMEOUT = 3600.0
 
 
 class _Connection(sqlite3.Connection):
-    """A connection the store can hold weakly (``sqlite3.Connection`` itself cannot be)."""
+    """A connection the store can hold weakly (``sqlite3.Connection`` itself cannot be).
+    ``busy`` is held for each transaction: ``close`` from another thread waits for it, since
+    closing a connection while another thread runs a statement on it crashes the process."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.busy = threading.Lock()
 
 
 class _Tx:
@@ -164,6 +170,13 @@ class SqliteTaskStore(SqlTaskStore):
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[_Tx]:
         connection = self._connection()
+        with connection.busy:  # type: ignore[attr-defined]
+            self._check_open()  # closed while this thread waited: the connection is gone
+            with self._in_transaction(connection, write=write) as tx:
+                yield tx
+
+    @contextmanager
+    def _in_transaction(self, connection: sqlite3.Connection, *, write: bool) -> Iterator[_Tx]:
         with _errors(self, "beginning"):
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
@@ -196,8 +209,14 @@ class SqliteTaskStore(SqlTaskStore):
             connections = list(self._connections)
             self._connections = weakref.WeakSet()
         for connection in connections:
-            with suppress(sqlite3.Error):
-                connection.close()
+            # After the transaction running on it, if any (its thread's own close() would
+            # wait forever: a bounded wait, then the connection is left to the collector).
+            if connection.busy.acquire(timeout=self.busy_timeout + 5):
+                try:
+                    with suppress(sqlite3.Error):
+                        connection.close()
+                finally:
+                    connection.busy.release()
 
     def __repr__(self) -> str:
         return f"SqliteTaskStore({self.path!r})"

@@ -59,6 +59,8 @@ def dashboard(
             lines = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
             found = re.search(r"(http://127\.0\.0\.1:\d+)/$", lines[0])
             assert found is not None, lines
+            # Served once: the SIGINT below must not land while uvicorn builds its event loop.
+            httpx.get(found.group(1) + "/", timeout=15)
             yield found.group(1), lines
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=15)

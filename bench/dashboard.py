@@ -31,7 +31,7 @@ from rich.table import Table
 
 from chongming_redis.dashboard import create_app
 from chongming_redis.dashboard.listing import format_mark
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.model import (
     Command,
     CommandKind,

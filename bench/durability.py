@@ -19,7 +19,7 @@ AOF off on both servers (a tuned figure: no fsync in either path), and what ``ge
 never followed by ``WAIT``) costs for comparison. No assertions: docs/reliability.md records.
 
 ``--cluster``: the same calls on a Redis Cluster of three masters with a replica each
-(``chongming_redis/embedded_cluster.py``, every node ``appendfsync always``), the store opened with
+(``chongming_redis/embedded/redis_cluster.py``, every node ``appendfsync always``), the store opened with
 ``cluster=True``: with N=1 each write goes as EVALSHA + ``SET {ns}:wait`` + ``WAIT 1`` in one
 pipeline on a connection of the namespace's slot master (both namespaces in one slot, so on
 one master); then with the AOF switched off on every node (``CONFIG SET``).
@@ -37,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chongming_redis import TaskSnapshot, TaskStatus
-from chongming_redis.embedded import LOOPBACK, EmbeddedRedis
+from chongming_redis.embedded.redis_server import LOOPBACK, EmbeddedRedis
 from chongming_redis.stores.redis import RedisTaskStore
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -119,7 +119,7 @@ def namespaces(cluster: bool) -> tuple[str, str]:
         return "bench-durability-0", "bench-durability-1"
     from redis.crc import key_slot
 
-    from chongming_redis.embedded_cluster import namespace_in
+    from chongming_redis.embedded.redis_cluster import namespace_in
 
     first = "bench-durability-0"
     return first, namespace_in(key_slot(first.encode()), prefix="bench-durability-n1")
@@ -139,7 +139,7 @@ def report(console: Console, title: str, results: dict[tuple[str, int], float]) 
 
 def on_cluster(console: Console, calls: int) -> None:
     """The same rounds on a Redis Cluster (``--cluster``), AOF on, then off on every node."""
-    from chongming_redis.embedded_cluster import RedisClusterProcs
+    from chongming_redis.embedded.redis_cluster import RedisClusterProcs
 
     cluster = RedisClusterProcs()
     try:

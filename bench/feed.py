@@ -29,8 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from chongming_redis import TaskSnapshot, TaskStatus
-from chongming_redis.embedded import EmbeddedRedis
-from chongming_redis.stores._scripts import script_text
+from chongming_redis.embedded.redis_server import EmbeddedRedis
+from chongming_redis.stores._redis.scripts import script_text
 from chongming_redis.stores.redis import RedisTaskStore
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

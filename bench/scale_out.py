@@ -71,7 +71,7 @@ from bench.scale_out_report import (
     summary_table,
 )
 from bench.throughput import check_histories, code_under_test, load_average
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.model import TaskStatus
 
 NUM_BUCKETS = 64

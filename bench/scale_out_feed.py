@@ -36,7 +36,7 @@ import redis
 from redis.commands.core import Script
 
 from bench.scale_out_client import Shard
-from chongming_redis.stores._keys import Keys
+from chongming_redis.stores._redis.keys import Keys
 
 RELAY_SCRIPT = Path(__file__).with_name("scale_out_relay.lua")
 READ_SCRIPT = Path(__file__).with_name("scale_out_relay_read.lua")

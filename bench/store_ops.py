@@ -45,7 +45,7 @@ from bench.store_calls import (
     ratios_table,
     scale_and_prune,
 )
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 

@@ -12,7 +12,7 @@ The bare round trips:
   one commit (with the server's defaults, one WAL flush).
 
 Both succeed every time (``cas_values``). The PostgreSQL server is private to the run
-(``chongming_redis/embedded_postgres.py``: ``initdb`` in a temporary directory, a free loopback
+(``chongming_redis/embedded/postgres_server.py``: ``initdb`` in a temporary directory, a free loopback
 port) with the distribution's defaults a user gets: ``fsync`` on, ``synchronous_commit`` on.
 The SQLite file is in a temporary directory, whose file system the output names.
 """
@@ -38,7 +38,7 @@ from bench.store_calls import (
     ops_table,
     scale_and_prune,
 )
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore
 

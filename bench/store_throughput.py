@@ -51,8 +51,8 @@ from rich.console import Console
 from bench.drains import Check, check_entries, code_under_test, load_average
 from bench.store_reports import drain_table, latency_table
 from bench.store_worker import NUM_BUCKETS, Pool, app
-from chongming_redis.embedded import EmbeddedRedis
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
+from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller

@@ -24,8 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from chongming_redis.cli_common import open_store
-from chongming_redis.cli_worker import polling_for
+from chongming_redis.cli.common import open_store
+from chongming_redis.cli.worker import polling_for
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.config import ControllerConfig

@@ -69,14 +69,14 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.drains import Check, check_entries, code_under_test, load_average, percentile
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.stores._redis_rows import decode_entry
+from chongming_redis.stores._redis.rows import decode_entry
 from chongming_redis.stores.redis import RedisTaskStore
 
 ROOT = Path(__file__).resolve().parents[1]

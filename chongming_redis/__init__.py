@@ -37,9 +37,9 @@ from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStop
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 if TYPE_CHECKING:
-    from chongming_redis.aclient import AsyncClient
-    from chongming_redis.client import Client
-    from chongming_redis.client_flows import CommandTimeout, TaskNotFinished, TaskNotFound
+    from chongming_redis.client.client import Client
+    from chongming_redis.client.client_async import AsyncClient
+    from chongming_redis.client.flows import CommandTimeout, TaskNotFinished, TaskNotFound
     from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.context import TaskContext
@@ -96,11 +96,11 @@ __all__ = [
 _LAZY = {
     "TaskContext": "chongming_redis.runtime.context",
     "App": "chongming_redis.runtime.app",
-    "Client": "chongming_redis.client",
-    "AsyncClient": "chongming_redis.aclient",
-    "TaskNotFound": "chongming_redis.client_flows",
-    "TaskNotFinished": "chongming_redis.client_flows",
-    "CommandTimeout": "chongming_redis.client_flows",
+    "Client": "chongming_redis.client.client",
+    "AsyncClient": "chongming_redis.client.client_async",
+    "TaskNotFound": "chongming_redis.client.flows",
+    "TaskNotFinished": "chongming_redis.client.flows",
+    "CommandTimeout": "chongming_redis.client.flows",
     "InvalidParams": "chongming_redis.runtime.app",
     "UnknownTask": "chongming_redis.runtime.app",
     "RedisTaskStore": "chongming_redis.stores.redis",

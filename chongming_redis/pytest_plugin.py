@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from chongming_redis.client import Client
+    from chongming_redis.client.client import Client
     from chongming_redis.runtime.app import App
     from chongming_redis.runtime.controller import Controller
     from chongming_redis.stores.redis import RedisTaskStore
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def chongming_redis_url() -> Iterator[str]:
     """The URL of a Redis started for this test session."""
-    from chongming_redis.embedded import EmbeddedRedis
+    from chongming_redis.embedded.redis_server import EmbeddedRedis
 
     server = EmbeddedRedis().start()
     try:
@@ -76,7 +76,7 @@ class Harness:
 
     def client(self, app: App | None = None, **options: Any) -> Client:
         """A ``Client`` on the test's namespace (``app``: validate against its task types)."""
-        from chongming_redis.client import Client
+        from chongming_redis.client.client import Client
 
         client = Client.from_url(self.url, namespace=self.namespace, app=app, **options)
         self._opened.append(client)

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 from chongming_redis.errors import StoreClosed
 from chongming_redis.model import Command, CommandBacklog, TaskQuery, TaskSnapshot
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 Position = tuple[datetime, str]

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import encode_dt as snapshot_to_row_dt
 from chongming_redis.stores.codec import snapshot_to_row
 from chongming_redis.stores.extensions import CommitItem

@@ -29,7 +29,7 @@ from chongming_redis.model import (
     Progress,
     TaskStatus,
 )
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores._memory_reads import _matches
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,

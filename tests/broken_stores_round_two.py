@@ -15,7 +15,7 @@ from typing import Any
 
 from chongming_redis.errors import StoreError, TaskAlreadyExists
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import encode_dt, encode_tags, row_to_command
 from chongming_redis.stores.memory import InMemoryTaskStore
 

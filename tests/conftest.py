@@ -1,5 +1,5 @@
 """Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port; tests
-that need PostgreSQL get a private server the same way (``chongming_redis/embedded_postgres.py``).
+that need PostgreSQL get a private server the same way (``chongming_redis/embedded/postgres_server.py``).
 
 Locally a missing ``redis-server`` (or PostgreSQL) skips those tests with a reason; in CI (``CI``
 set) it is a failure, so the server proofs can never silently disappear from a green run.
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from chongming_redis.embedded_cluster import RedisClusterProcs, redis_cli_path
-from chongming_redis.embedded_postgres import PostgresProc, postgres_bin_dir
+from chongming_redis.embedded.postgres_server import PostgresProc, postgres_bin_dir
+from chongming_redis.embedded.redis_cluster import RedisClusterProcs, redis_cli_path
 from tests.support.redis_server import RedisProc, redis_server_path
 from tests.support.store_targets import StoreTarget, store_target
 
@@ -43,7 +43,7 @@ def redis_proc() -> Iterator[RedisProc]:
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisClusterProcs]:
     """One Redis Cluster for the session (3 masters, 3 replicas;
-    ``chongming_redis/embedded_cluster.py``); tests isolate themselves by namespace (each its
+    ``chongming_redis/embedded/redis_cluster.py``); tests isolate themselves by namespace (each its
     own slot). A test that fails over or
     reshards leaves the cluster stable, its slots wherever they ended."""
     require_redis_server()

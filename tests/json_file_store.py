@@ -3,7 +3,7 @@
 This is the runnable example of ``docs/store-guide.md`` §7: a backend written the way an outside
 author would write one. It inherits from nothing (``TaskStore`` is a structural protocol),
 reuses ``chongming_redis.stores.codec`` for every record and
-``chongming_redis.stores._common`` for every argument check, so it refuses what the built-in
+``chongming_redis.stores._checks`` for every argument check, so it refuses what the built-in
 stores refuse, with the same exceptions and messages. ``tests/test_json_file_store.py`` binds it
 to the whole ``StoreContract``.
 
@@ -68,7 +68,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Row,

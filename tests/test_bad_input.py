@@ -85,8 +85,8 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.embedded_postgres import PostgresProc
-from chongming_redis.stores._keys import Keys
+from chongming_redis.embedded.postgres_server import PostgresProc
+from chongming_redis.stores._redis.keys import Keys
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, snapshot_to_row
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.redis import RedisTaskStore

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chongming_redis.embedded_cluster import RedisClusterProcs
+from chongming_redis.embedded.redis_cluster import RedisClusterProcs
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc, free_port

@@ -25,7 +25,7 @@ import pytest
 
 from chongming_redis.model import Failure, Progress, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.stores._redis_server import check_server_settings
+from chongming_redis.stores._redis.server import check_server_settings
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc

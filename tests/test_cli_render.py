@@ -12,9 +12,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from rich.console import Console
 
-from chongming_redis.cli_common import progress, show_progress, shown_url
-from chongming_redis.cli_json import plain
-from chongming_redis.cli_render import labelled_time, progress_bar, ranges, relative, span
+from chongming_redis.cli.common import progress, show_progress, shown_url
+from chongming_redis.cli.json_output import plain
+from chongming_redis.cli.render import labelled_time, progress_bar, ranges, relative, span
 from chongming_redis.model import Progress
 
 NOW = datetime(2026, 7, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from chongming_redis.embedded import server_version_text
+from chongming_redis.embedded.redis_server import server_version_text
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import TaskSnapshot, TaskStatus
 from chongming_redis.runtime.controller import Controller
@@ -375,7 +375,7 @@ def test_a_worker_on_a_store_without_nudges_polls_every_fifth_of_a_second(
 ) -> None:
     """Nudges wake a Redis worker at once (its polls are a fallback: 1 s, 0.5 s); on a store
     without them (SQLite, PostgreSQL, the in-memory store) the poll is the reaction time."""
-    from chongming_redis.cli_worker import UNNUDGED_POLL, polling_for
+    from chongming_redis.cli.worker import UNNUDGED_POLL, polling_for
     from chongming_redis.runtime.config import ControllerConfig
     from chongming_redis.stores.memory import InMemoryTaskStore
     from chongming_redis.stores.sqlite import SqliteTaskStore

@@ -23,7 +23,7 @@ from chongming_redis import (
     TaskStatus,
     TaskStopped,
 )
-from chongming_redis.client import CommandTimeout, TaskNotFinished, TaskNotFound
+from chongming_redis.client.client import CommandTimeout, TaskNotFinished, TaskNotFound
 from chongming_redis.errors import StoreUnavailable, TaskAlreadyExists
 from chongming_redis.model import CommandKind, Failure, TaskQuery
 from chongming_redis.outcomes import TaskOutcome

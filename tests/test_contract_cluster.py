@@ -1,5 +1,5 @@
 """The shipped contracts bound to ``RedisTaskStore`` on a real Redis Cluster (3 masters, 3
-replicas; ``chongming_redis/embedded_cluster.py``): ``StoreContract``, ``ExtensionsContract`` and
+replicas; ``chongming_redis/embedded/redis_cluster.py``): ``StoreContract``, ``ExtensionsContract`` and
 ``FeedContract``, through redis-py's ``RedisCluster``.
 
 Every test gets a fresh namespace, so a fresh slot: the namespaces of one class land on all
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from chongming_redis.embedded_cluster import RedisClusterProcs
+from chongming_redis.embedded.redis_cluster import RedisClusterProcs
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract

@@ -24,7 +24,7 @@ from selenium.common.exceptions import StaleElementReferenceException, WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from chongming_redis.client import Client
+from chongming_redis.client.client import Client
 from chongming_redis.model import TaskQuery, TaskStatus
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
@@ -105,7 +105,7 @@ def client(store: RedisTaskStore) -> Client:
 
 @pytest.fixture
 def worker(redis_proc: RedisProc, namespace: str, tmp_path: Path) -> Iterator[None]:
-    """A worker process of ``chongming_redis.demo_app:app`` on the test's namespace."""
+    """A worker process of ``chongming_redis.demo.app:app`` on the test's namespace."""
     process = start_worker(redis_proc.url, namespace, tmp_path / "worker.log")
     yield
     stop_process(process)

@@ -240,7 +240,7 @@ def test_a_task_that_does_not_decode_does_not_stop_the_feed(
 ) -> None:
     import asyncio
 
-    from chongming_redis.stores._keys import Keys
+    from chongming_redis.stores._redis.keys import Keys
 
     store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     for i in range(5):

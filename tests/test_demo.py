@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
 from tests.conftest import require_redis_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]

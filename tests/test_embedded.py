@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chongming_redis import RedisTaskStore, TaskSnapshot, TaskStatus
-from chongming_redis.embedded import (
+from chongming_redis.embedded.redis_server import (
     EmbeddedRedis,
     EmbeddedRedisError,
     find_redis_server,

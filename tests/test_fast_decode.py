@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from chongming_redis.errors import CorruptRecord
 from chongming_redis.model import Failure, Progress, TaskSnapshot, TaskStatus
-from chongming_redis.stores._keys import TASK_COLUMNS_BY_FIELD, TASK_FIELDS
-from chongming_redis.stores._redis_rows import fast_snapshot
+from chongming_redis.stores._redis.keys import TASK_COLUMNS_BY_FIELD, TASK_FIELDS
+from chongming_redis.stores._redis.rows import fast_snapshot
 from chongming_redis.stores.codec import row_to_snapshot, snapshot_to_row
 
 T0 = datetime(2026, 12, 1, 3, 4, 5, 678901, tzinfo=timezone.utc)

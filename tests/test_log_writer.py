@@ -9,7 +9,7 @@ import os
 import threading
 from pathlib import Path
 
-from chongming_redis.log_writer import BatchingHandler, SecondsFormatter
+from chongming_redis.cli.log_writer import BatchingHandler, SecondsFormatter
 
 
 def make_logger(

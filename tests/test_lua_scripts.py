@@ -14,9 +14,9 @@ from chongming_redis.errors import (
     StoreError,
     TaskAlreadyExists,
 )
-from chongming_redis.stores import _replies as replies
-from chongming_redis.stores._replies import REPLIES
-from chongming_redis.stores._scripts import (
+from chongming_redis.stores._redis import replies
+from chongming_redis.stores._redis.replies import REPLIES
+from chongming_redis.stores._redis.scripts import (
     READ_ONLY_SCRIPTS,
     SCRIPT_NAMES,
     ScriptLoadError,

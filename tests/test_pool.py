@@ -33,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from chongming_redis.embedded.workers import WorkerProcesses
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskStatus, Transition
 from chongming_redis.runtime.app import App
@@ -41,7 +42,6 @@ from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.pool import BucketPool, rendezvous
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.worker_processes import WorkerProcesses
 from tests.support.redis_server import RedisProc
 from tests.support.store_targets import WITH_CLUSTER, StoreTarget
 

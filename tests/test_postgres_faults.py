@@ -39,7 +39,7 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
 from chongming_redis.stores.postgres import PostgresTaskStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

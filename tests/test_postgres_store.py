@@ -31,12 +31,12 @@ from chongming_redis import (
     TaskSnapshot,
     TaskStatus,
 )
-from chongming_redis.embedded import free_port
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
+from chongming_redis.embedded.redis_server import free_port
 from chongming_redis.errors import UnsupportedSchema
-from chongming_redis.stores._pg_connection import POSTGRES, _bound
-from chongming_redis.stores._sql_query import select_tasks
-from chongming_redis.stores._sql_schema import SCHEMA_VERSION, format_placeholders
+from chongming_redis.stores._sql.pg_connection import POSTGRES, _bound
+from chongming_redis.stores._sql.query import select_tasks
+from chongming_redis.stores._sql.schema import SCHEMA_VERSION, format_placeholders
 from chongming_redis.stores.postgres import PostgresTaskStore
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -58,8 +58,8 @@ from chongming_redis import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.stores._keys import Keys
-from chongming_redis.stores._scripts import script_text
+from chongming_redis.stores._redis.keys import Keys
+from chongming_redis.stores._redis.scripts import script_text
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.store_contract import StoreContract
@@ -489,7 +489,7 @@ def test_the_store_sources_never_issue_admin_commands() -> None:
     assert len(sources) > 10 and any(p.suffix == ".lua" for p in sources)
     # The test cluster launcher administers the private servers it started (MIGRATE ... KEYS
     # moves a slot's keys); no store, runtime or tool code path reaches it.
-    launchers = {ROOT / "chongming_redis" / "embedded_cluster.py"}
+    launchers = {ROOT / "chongming_redis" / "embedded" / "redis_cluster.py"}
     found = {
         str(path.relative_to(ROOT)): hits
         for path in sources

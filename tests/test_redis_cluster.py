@@ -20,11 +20,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from chongming_redis.embedded_cluster import RedisClusterProcs, namespace_in
+from chongming_redis.embedded.redis_cluster import RedisClusterProcs, namespace_in
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import Command, CommandKind, TaskQuery, TaskSnapshot, TaskStatus
-from chongming_redis.stores import _redis_cluster
-from chongming_redis.stores._scripts import SCRIPT_NAMES, script_text
+from chongming_redis.stores._redis import cluster as _redis_cluster
+from chongming_redis.stores._redis.scripts import SCRIPT_NAMES, script_text
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc, free_port
 
@@ -345,7 +345,7 @@ def test_calls_during_a_failover_of_the_namespace_master_all_succeed(
 
 
 def test_the_plain_client_errors_of_a_cluster_are_unavailable() -> None:
-    from chongming_redis.stores import _redis_ops as ops
+    from chongming_redis.stores._redis import ops
 
     for exc in (redis.exceptions.TryAgainError("TRYAGAIN"),
                 redis.exceptions.ClusterDownError("CLUSTERDOWN"),
@@ -390,8 +390,8 @@ def test_nudges_reach_a_listener_across_a_failover_and_a_reshard(
 def test_client_from_url_opens_a_cluster_store(
     redis_cluster: RedisClusterProcs, cluster_store: RedisTaskStore
 ) -> None:
-    from chongming_redis.client import Client
-    from tests.test_aclient import app
+    from chongming_redis.client.client import Client
+    from tests.test_client_async import app
 
     client = Client.from_url(redis_cluster.url, namespace=cluster_store.namespace, app=app,
                              cluster=True)  # fmt: skip

@@ -12,16 +12,16 @@ from datetime import UTC, datetime
 import pytest
 from redis.cluster import RedisCluster
 
-from chongming_redis.aclient import AsyncClient
-from chongming_redis.embedded_cluster import RedisClusterProcs
+from chongming_redis.client.client_async import AsyncClient
+from chongming_redis.embedded.redis_cluster import RedisClusterProcs
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.stores import _redis_cluster
+from chongming_redis.stores._redis import cluster as _redis_cluster
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.redis_async import AsyncRedisStore
 from tests.support.redis_server import RedisProc, free_port
-from tests.test_aclient import app
+from tests.test_client_async import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 

@@ -34,10 +34,10 @@ import pytest
 import redis
 
 from chongming_redis import Command, CommandKind, StoreUnavailable, TaskSnapshot, TaskStatus
-from chongming_redis.embedded_cluster import ClusterNode, RedisClusterProcs
+from chongming_redis.embedded.redis_cluster import ClusterNode, RedisClusterProcs
 from chongming_redis.errors import ConcurrencyConflict
 from chongming_redis.model import TaskQuery, Transition
-from chongming_redis.stores._redis_durability import PrimaryDemoted, WaitForReplicas, write_barrier
+from chongming_redis.stores._redis.durability import PrimaryDemoted, WaitForReplicas, write_barrier
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.redis_async import AsyncRedisStore
 from tests.test_cli import APP, ROOT, cli, ok

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chongming_redis import CorruptRecord, TaskQuery, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores._redis_rows import decode_entry, encode_entry
+from chongming_redis.stores._redis.rows import decode_entry, encode_entry
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
 

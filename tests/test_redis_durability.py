@@ -26,7 +26,7 @@ import pytest
 from chongming_redis import Command, CommandKind, StoreUnavailable, TaskSnapshot, TaskStatus
 from chongming_redis.errors import ConcurrencyConflict
 from chongming_redis.model import TaskQuery, Transition
-from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES
+from chongming_redis.stores._redis.scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.redis_async import AsyncRedisStore
 from chongming_redis.stress.fault_proxy import FaultProxy

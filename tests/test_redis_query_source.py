@@ -21,8 +21,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus
-from chongming_redis.stores import _redis_ops as ops
-from chongming_redis.stores._replies import text
+from chongming_redis.stores._redis import ops
+from chongming_redis.stores._redis.replies import text
 from chongming_redis.stores.memory import InMemoryTaskStore
 from chongming_redis.stores.redis import QUERY_BUDGET, QUERY_PAGE, RedisTaskStore
 from tests.support.redis_server import RedisProc

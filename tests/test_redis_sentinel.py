@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 import pytest
 
 from chongming_redis import TaskSnapshot, TaskStatus
-from chongming_redis.aclient import AsyncClient
-from chongming_redis.client import Client
-from chongming_redis.stores._redis_sentinel import SentinelUrl, parse_sentinel_url
+from chongming_redis.client.client import Client
+from chongming_redis.client.client_async import AsyncClient
+from chongming_redis.stores._redis.sentinel import SentinelUrl, parse_sentinel_url
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.urls import StoreUrlError, parse_store_url, shown_url
 from tests.support.redis_server import RedisProc

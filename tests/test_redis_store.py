@@ -27,7 +27,7 @@ from chongming_redis import (
     Transition,
 )
 from chongming_redis.stores import redis as redis_module
-from chongming_redis.stores._keys import Keys
+from chongming_redis.stores._redis.keys import Keys
 from chongming_redis.stores.redis import (
     PRUNE_BATCH,
     QUERY_PAGE,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from chongming_redis.embedded_postgres import PostgresProc
-from chongming_redis.stores._sql_store import SqlTaskStore
+from chongming_redis.embedded.postgres_server import PostgresProc
+from chongming_redis.stores._sql.store import SqlTaskStore
 from chongming_redis.stores.postgres import PostgresTaskStore
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.sqlite import SqliteTaskStore

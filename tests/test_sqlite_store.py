@@ -40,8 +40,8 @@ from chongming_redis import (
     TaskStatus,
 )
 from chongming_redis.errors import ConcurrencyConflict, UnsupportedSchema
-from chongming_redis.stores._sql_query import prefix_successor, select_tasks
-from chongming_redis.stores._sql_schema import SCHEMA_VERSION, SQLITE
+from chongming_redis.stores._sql.query import prefix_successor, select_tasks
+from chongming_redis.stores._sql.schema import SCHEMA_VERSION, SQLITE
 from chongming_redis.stores.sqlite import SqliteTaskStore
 from chongming_redis.testing.contract.support import at, snapshot
 

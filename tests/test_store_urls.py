@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chongming_redis.embedded_postgres import PostgresProc
+from chongming_redis.embedded.postgres_server import PostgresProc
 from chongming_redis.model import TaskSnapshot, TaskStatus
 from chongming_redis.stores.urls import (
     StoreUrlError,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from redis.cluster import RedisCluster
 
-from chongming_redis.embedded_cluster import RedisClusterProcs, namespace_in
+from chongming_redis.embedded.redis_cluster import RedisClusterProcs, namespace_in
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress.app import keys_pattern

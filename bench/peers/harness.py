@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from bench.peers.mark import DIR_ENV, URL_ENV
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded.redis_server import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's console scripts sit next to its python

@@ -11,8 +11,8 @@ from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from chongming_redis.client import Client
-from chongming_redis.client_flows import CommandTimeout, TaskNotFound
+from chongming_redis.client.client import Client
+from chongming_redis.client.flows import CommandTimeout, TaskNotFound
 from chongming_redis.dashboard import auth
 from chongming_redis.dashboard.listing import task_path
 from chongming_redis.dashboard.pages import error_page, render

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ValidationError
 from chongming_redis.validation import check_identifier
 
 if TYPE_CHECKING:  # the clients sit above the runtime: only their types are named here
-    from chongming_redis.aclient import AsyncClient, AsyncTaskHandle
-    from chongming_redis.client import Client, TaskHandle
+    from chongming_redis.client.client import Client, TaskHandle
+    from chongming_redis.client.client_async import AsyncClient, AsyncTaskHandle
 
 R = TypeVar("R")
 

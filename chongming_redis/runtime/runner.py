@@ -32,12 +32,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from chongming_redis.model import Failure, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.runtime.aio import TaskLoop
 from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.context import TaskContext, TaskInterrupted, TaskLost, TaskStopped
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
 from chongming_redis.runtime.task_log import TaskLog
+from chongming_redis.runtime.task_loop import TaskLoop
 from chongming_redis.runtime.window import Window
 from chongming_redis.runtime.writer import TaskWriter
 from chongming_redis.stores.codec import encode_payload

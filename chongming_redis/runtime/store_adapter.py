@@ -25,7 +25,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.extensions import (
     BatchingStore,
     BucketCountingStore,

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from chongming_redis.model import Command, CommandBacklog, TaskQuery, TaskSnapshot, TaskStatus
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import Row, decode_dt, encode_dt, row_to_command, row_to_snapshot
 from chongming_redis.validation import check_identifier
 

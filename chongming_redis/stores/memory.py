@@ -36,7 +36,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
-from chongming_redis.stores import _common as check
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
 from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores.codec import (

@@ -36,9 +36,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from chongming_redis.errors import StoreClosed, StoreError, UnsupportedSchema
-from chongming_redis.stores._pg_connection import PgPool, PgTx
-from chongming_redis.stores._sql_schema import SCHEMA_VERSION, migrate, recorded_version
-from chongming_redis.stores._sql_store import SqlTaskStore
+from chongming_redis.stores._sql.pg_connection import PgPool, PgTx
+from chongming_redis.stores._sql.schema import SCHEMA_VERSION, migrate, recorded_version
+from chongming_redis.stores._sql.store import SqlTaskStore
 from chongming_redis.stores.codec import decode_dt, encode_dt
 from chongming_redis.validation import check_int, check_positive_seconds
 

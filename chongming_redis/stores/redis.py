@@ -28,19 +28,17 @@ from redis.commands.core import Script
 
 from chongming_redis.errors import CorruptRecord, StoreClosed
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores import _common as check
-from chongming_redis.stores import _redis_durability as durability
-from chongming_redis.stores import _redis_ops as ops
-from chongming_redis.stores import _replies as replies
-from chongming_redis.stores._keys import TASK_FIELDS, Keys
-from chongming_redis.stores._redis_cluster import ClusterCalls, connect_cluster
-from chongming_redis.stores._redis_connect import connect
-from chongming_redis.stores._redis_extensions import RedisExtensions
-from chongming_redis.stores._redis_ops import QUERY_BUDGET, QUERY_PAGE
-from chongming_redis.stores._redis_rows import encode_entry, hash_changes, pairs, token
-from chongming_redis.stores._redis_server import check_server_settings, supports_script_flags
-from chongming_redis.stores._replies import text as _text
-from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
+from chongming_redis.stores import _checks as check
+from chongming_redis.stores._redis import durability, ops, replies
+from chongming_redis.stores._redis.cluster import ClusterCalls, connect_cluster
+from chongming_redis.stores._redis.connect import connect
+from chongming_redis.stores._redis.extensions import RedisExtensions
+from chongming_redis.stores._redis.keys import TASK_FIELDS, Keys
+from chongming_redis.stores._redis.ops import QUERY_BUDGET, QUERY_PAGE
+from chongming_redis.stores._redis.replies import text as _text
+from chongming_redis.stores._redis.rows import encode_entry, hash_changes, pairs, token
+from chongming_redis.stores._redis.scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
+from chongming_redis.stores._redis.server import check_server_settings, supports_script_flags
 from chongming_redis.stores.codec import Row, encode_dt, snapshot_to_row, touch_columns
 from chongming_redis.validation import check_int
 

@@ -28,16 +28,15 @@ from redis.commands.core import AsyncScript
 
 from chongming_redis.errors import StoreClosed, StoreError
 from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores import _redis_ops as ops
-from chongming_redis.stores import _replies as replies
-from chongming_redis.stores._keys import Keys
-from chongming_redis.stores._redis_cluster_async import AsyncClusterCalls, connect_cluster_async
-from chongming_redis.stores._redis_connect import client_from_url
-from chongming_redis.stores._redis_durability import barrier, wait_rule
-from chongming_redis.stores._redis_sentinel import async_sentinel_client, is_sentinel_url
-from chongming_redis.stores._redis_server import hello_supports_flags
-from chongming_redis.stores._replies import text
-from chongming_redis.stores._scripts import READ_ONLY_SCRIPTS, script_text
+from chongming_redis.stores._redis import ops, replies
+from chongming_redis.stores._redis.cluster_async import AsyncClusterCalls, connect_cluster_async
+from chongming_redis.stores._redis.connect import client_from_url
+from chongming_redis.stores._redis.durability import barrier, wait_rule
+from chongming_redis.stores._redis.keys import Keys
+from chongming_redis.stores._redis.replies import text
+from chongming_redis.stores._redis.scripts import READ_ONLY_SCRIPTS, script_text
+from chongming_redis.stores._redis.sentinel import async_sentinel_client, is_sentinel_url
+from chongming_redis.stores._redis.server import hello_supports_flags
 
 __all__ = ["AsyncRedisStore"]
 

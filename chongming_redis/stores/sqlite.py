@@ -45,8 +45,8 @@ from chongming_redis.errors import (
     StoreError,
     StoreUnavailable,
 )
-from chongming_redis.stores._sql_schema import SQLITE, migrate
-from chongming_redis.stores._sql_store import SqlTaskStore
+from chongming_redis.stores._sql.schema import SQLITE, migrate
+from chongming_redis.stores._sql.store import SqlTaskStore
 from chongming_redis.stores.codec import encode_dt
 from chongming_redis.validation import check_positive_seconds
 

@@ -125,7 +125,7 @@ def parse_store_url(url: object) -> StoreUrl:
     if kind == "sqlite":
         return StoreUrl("sqlite", url, _sqlite_path(url))
     if scheme == "redis+sentinel":
-        from chongming_redis.stores._redis_sentinel import parse_sentinel_url
+        from chongming_redis.stores._redis.sentinel import parse_sentinel_url
 
         try:
             parse_sentinel_url(url)

@@ -21,7 +21,7 @@ from typing import Any
 from redis import RedisError
 from redis.exceptions import RedisClusterException
 
-from chongming_redis.embedded import EmbeddedRedisError
+from chongming_redis.embedded.redis_server import EmbeddedRedisError
 from chongming_redis.errors import StoreError
 from chongming_redis.stress.harness import Options, StressError, run
 from chongming_redis.stress.report import VIOLATION_KINDS, render

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chongming_redis.embedded import EmbeddedRedis
+    from chongming_redis.embedded.redis_server import EmbeddedRedis
+    from chongming_redis.embedded.workers import WorkerProcesses
     from chongming_redis.stress.fault_proxy import FaultProxy
-    from chongming_redis.worker_processes import WorkerProcesses
 
 KINDS = (
     "worker_kill",

@@ -32,7 +32,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import chongming_redis
-from chongming_redis.embedded import EmbeddedRedis
+from chongming_redis.embedded.redis_server import EmbeddedRedis
+from chongming_redis.embedded.workers import WorkerProcesses
 from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskStatus
@@ -45,7 +46,6 @@ from chongming_redis.stress.fault_proxy import FaultProxy
 from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
 from chongming_redis.stress.producer import submit_until_known
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
-from chongming_redis.worker_processes import WorkerProcesses
 
 APP = "chongming_redis.stress.app:app"
 #: Why the proxy's faults are skipped on Redis Cluster.

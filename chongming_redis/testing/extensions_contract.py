@@ -44,9 +44,6 @@ from chongming_redis.stores.extensions import (
     extensions_of,
 )
 from chongming_redis.stores.protocol import TaskStore
-from chongming_redis.testing.contract.dashboard_reads import DashboardReadsContract
-from chongming_redis.testing.contract.paged_queries import PagedQueryContract
-from chongming_redis.testing.contract.producer_reads import ProducerReadsContract
 from chongming_redis.testing.contract.support import (
     PAUSED,
     PENDING,
@@ -58,6 +55,9 @@ from chongming_redis.testing.contract.support import (
     counted,
     raises,
 )
+from chongming_redis.testing.extensions.dashboard_reads import DashboardReadsContract
+from chongming_redis.testing.extensions.paged_queries import PagedQueryContract
+from chongming_redis.testing.extensions.producer_reads import ProducerReadsContract
 
 __all__ = ["ExtensionsContract"]
 

@@ -255,9 +255,9 @@ class Dashboard:
 
 
 def start_worker(redis_url: str, namespace: str, log: Path) -> subprocess.Popen[bytes]:
-    """A worker process of the demo app (``chongming_redis.demo_app:app``, whose ``render``
+    """A worker process of the demo app (``chongming_redis.demo.app:app``, whose ``render``
     task checks in after every frame) on ``namespace``."""
-    argv = [sys.executable, "-m", "chongming_redis.cli", "worker", "chongming_redis.demo_app:app",
+    argv = [sys.executable, "-m", "chongming_redis.cli", "worker", "chongming_redis.demo.app:app",
             f"--redis={redis_url}", f"--namespace={namespace}", "--concurrency=8",
             "--grace=1", "--log-level=WARNING"]  # fmt: skip
     with log.open("wb") as out:

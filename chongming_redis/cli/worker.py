@@ -1,0 +1,284 @@
+"""``chongming-redis worker``: one worker in this process, or N forked worker processes under a
+supervising parent (``worker_parent``), with a private Redis when none is given; the worker's
+log lines (``--log-level``), its retry policy (``--max-attempts``, ``--retry-backoff``) and its
+Prometheus endpoint (``--metrics-port``: served by the lone worker, or by the parent for all
+its children)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+import typer
+
+from chongming_redis.cli.common import UserError, err, load_app, open_store, user_errors, where
+
+if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client import CollectorRegistry
+
+    from chongming_redis.runtime.app import App
+    from chongming_redis.runtime.config import ControllerConfig
+    from chongming_redis.runtime.events import WorkerEvents
+    from chongming_redis.runtime.retry import RetryPolicy
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: ``2026-03-01 13:00:05.123 INFO    reconnected to Redis after 12.0 s (40 failed call(s))``
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s"
+CTRL_C = "press Ctrl-C to stop (a second Ctrl-C hands running tasks back at once)"
+
+_CHILD_MODULES = ("chongming_redis.runtime.controller", "chongming_redis.runtime.pool")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    app_spec: str
+    redis: str | None
+    namespace: str
+    config: ControllerConfig
+    num_buckets: int
+    worker_lease: float
+    grace: float
+    retry: RetryPolicy | None = None
+    log_level: str = "INFO"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0  # 0: no metrics
+    #: Under a --processes parent with metrics: where its children write their series.
+    metrics_dir: str | None = None
+    #: ``--store``: any store's URL (``redis`` is then ``None``).
+    store_url: str | None = None
+    #: ``--durability-replicas``: writes wait for that many Redis replicas.
+    durability_replicas: int = 0
+    #: ``--cluster``: the Redis URL names a node of a Redis Cluster.
+    cluster: bool = False
+
+
+def log_level(text: str) -> str:
+    """``--log-level``, any case; another value is a ``UserError``."""
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise UserError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {text!r}")
+    return level
+
+
+def configure_logging(level: str) -> None:
+    """One line per record on stderr: time, level, message. The runtime logs on the loggers
+    ``chongming_redis.*`` (a line per task start and end at INFO); a task's own loggers
+    show too."""
+    from chongming_redis.cli.log_writer import BatchingHandler, SecondsFormatter
+
+    # Not a StreamHandler: two lines per task, written in the task threads, cost a worker
+    # 40 % of its throughput (log_writer.py).
+    handler = BatchingHandler(sys.stderr)
+    handler.setFormatter(SecondsFormatter(LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
+    # The format names no thread or process: a record need not look them up (a few us each).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def say_ctrl_c_once_handled(timeout: float = 60.0) -> None:
+    """Print how Ctrl-C stops the worker once a SIGINT handler is installed (``run_forever``,
+    or the ``--processes`` parent, installs it after this call): the hint is true when it
+    appears, and a test or a user acting on it never interrupts the start-up instead."""
+    before = signal.getsignal(signal.SIGINT)
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout
+        while signal.getsignal(signal.SIGINT) == before:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
+        err.print(CTRL_C, highlight=False, soft_wrap=True)
+
+    threading.Thread(target=wait, name="ctrl-c-hint", daemon=True).start()
+
+
+def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
+    """One worker in this process: join the pool, run until SIGTERM/SIGINT. ``child``: under
+    a ``--processes`` parent, which says how Ctrl-C stops them and serves their metrics."""
+    from chongming_redis.runtime.buckets import BucketPolicy
+    from chongming_redis.runtime.controller import Controller
+    from chongming_redis.runtime.retry import RetryPolicy
+
+    app = load_app(options.app_spec)
+    events = worker_metrics(options, app, serve=not child)  # the port first: fail fast
+    store = open_store(options.redis, options.namespace, store_url=options.store_url,
+                       create=True, durability_replicas=options.durability_replicas,
+                       cluster=options.cluster)  # fmt: skip
+    owner = f"{os.uname().nodename}-{os.getpid()}"
+    retry = options.retry or RetryPolicy()
+    config = polling_for(store, options.config)
+    controller = Controller(store, app=app, owner=owner, config=config, retry=retry,
+                            buckets=BucketPolicy(options.num_buckets), events=events)  # fmt: skip
+    controller.join_pool(worker_lease=options.worker_lease)
+    logging.getLogger("chongming_redis.worker").info(
+        "worker %s: %s, %d slots, up to %d attempts per task",
+        owner, where(options.namespace, options.redis or options.store_url),
+        options.config.concurrency, retry.max_attempts,
+    )  # fmt: skip
+    if not child:
+        say_ctrl_c_once_handled()
+    # Under a --processes parent a signal may arrive twice, directly and forwarded: a repeat
+    # within 2 s is the same request. A lone worker gets each one once.
+    controller.run_forever(grace=options.grace, same_signal_within=2.0 if child else 0.0)
+
+
+#: How often a worker on a store without nudges (SQLite, PostgreSQL) looks for new tasks and
+#: for commands. Nudges wake a Redis worker at once, so it polls every 1 s and 0.5 s only as a
+#: fallback; without them the poll is the reaction time: 0.2 s keeps an idle worker's start of
+#: a new task and its answer to a stop within about 0.2 s (p50 0.1 s; docs/runtime.md), for
+#: about ten cheap queries a second per worker.
+UNNUDGED_POLL = 0.2
+
+
+def polling_for(store: object, config: ControllerConfig) -> ControllerConfig:
+    """``config``, with the start and command polls at most ``UNNUDGED_POLL`` on a store that
+    cannot nudge (not a ``NudgeStore``)."""
+    from chongming_redis.stores.extensions import NudgeStore
+
+    if isinstance(store, NudgeStore):
+        return config
+    return dataclasses.replace(
+        config,
+        start_poll_interval=min(config.start_poll_interval, UNNUDGED_POLL),
+        command_poll_interval=min(config.command_poll_interval, UNNUDGED_POLL),
+    )
+
+
+def run_workers(options: WorkerOptions, processes: int) -> None:
+    """Start ``processes`` worker processes (and a private Redis if none is given) and keep
+    them running (``worker_parent``; each child is forked from this process, which has
+    imported the app); exits non-zero when they cannot start. With ``metrics_dir``, serve
+    the sum of the children's metrics."""
+    from chongming_redis.cli.worker_parent import supervise_children
+    from chongming_redis.embedded.redis_server import EmbeddedRedis
+
+    # The runtime is imported here once (run_worker's imports): a forked child starts with it
+    # loaded instead of importing it again, on every child at once.
+    for module in (*_CHILD_MODULES, _store_module(options)):
+        importlib.import_module(module)
+    path, server, on_exit = options.metrics_dir, None, None
+    if path is not None:  # before the private Redis: a taken port fails with nothing to undo
+        from chongming_redis.metrics.worker import child_exited, shared_registry
+
+        server = serve_metrics(shared_registry(path), options, say=_say)
+        on_exit = partial(child_exited, path)
+    embedded = None
+
+    def child() -> None:
+        if server is not None:  # the parent's: a child that outlived it must not hold the port
+            server.socket.close()
+        try:
+            with user_errors():
+                run_worker(options, child=True)
+        except typer.Exit as exc:  # a one-line error was printed: exit with its status
+            raise SystemExit(exc.exit_code) from None
+        except KeyboardInterrupt:  # forwarded before its handler was installed: stop quietly
+            raise SystemExit(130) from None
+
+    try:
+        if not options.redis and not options.store_url:
+            embedded = EmbeddedRedis().start()
+            options = dataclasses.replace(options, redis=embedded.url)
+            _say(f"started a private {embedded.describe()} at {options.redis}")
+        say_ctrl_c_once_handled()
+        status = supervise_children(child, processes, say=_say, on_exit=on_exit)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if embedded is not None:
+            embedded.stop()
+    if status != 0:
+        raise typer.Exit(status)
+
+
+def _store_module(options: WorkerOptions) -> str:
+    """The store's module, for the parent to import before it forks (a bad URL: the children
+    say so, each on one line)."""
+    from chongming_redis.stores.urls import StoreUrlError, parse_store_url
+
+    try:
+        return parse_store_url(options.store_url or options.redis or "redis://").module
+    except StoreUrlError:
+        return "chongming_redis.stores.redis"
+
+
+def _say(line: str) -> None:
+    """A line of the ``--processes`` parent: printed, not logged (a log line would start the
+    log writer's thread in the parent before it forks)."""
+    err.print(line, highlight=False, soft_wrap=True)
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+def check_metrics_port(port: int) -> int:
+    """``--metrics-port``: 0 (no metrics) or a TCP port; another value is a ``UserError``."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"--metrics-port must be a TCP port from 1 to 65535 (0: no metrics), "
+                        f"not {port}")  # fmt: skip
+    return port
+
+
+@contextmanager
+def metrics_shared(enabled: bool) -> Iterator[str | None]:
+    """With ``enabled`` (a ``--processes`` parent serving metrics): the directory in which its
+    children will write their series, set up before the app is imported (``metrics/shared.py``)
+    and removed at the end; else ``None``."""
+    if not enabled:
+        yield None
+        return
+    from chongming_redis.metrics.shared import shared_between_processes
+
+    with shared_between_processes() as path:  # a ValueError: one line (user_errors)
+        yield path
+
+
+def worker_metrics(options: WorkerOptions, app: App, *, serve: bool) -> WorkerEvents | None:
+    """The worker's metrics (``None`` without ``--metrics-port``), served on their port unless
+    a parent serves them (``serve=False``: the series go to the shared files)."""
+    if not options.metrics_port:
+        return None
+    from prometheus_client import CollectorRegistry, disable_created_metrics
+
+    from chongming_redis.metrics.worker import WorkerMetrics, worker_registry
+
+    if not serve:  # the series go to this child's files; its registry is never read
+        return WorkerMetrics(CollectorRegistry(), tasks=app.types)
+    # No ``_created`` series beside each counter and histogram (this process is ours): as many
+    # series again, and the --processes endpoint (multiprocess mode) has none either.
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped there
+    registry = worker_registry()
+    serve_metrics(registry, options, say=logging.getLogger("chongming_redis.worker").info)
+    return WorkerMetrics(registry, tasks=app.types)
+
+
+def serve_metrics(
+    registry: CollectorRegistry, options: WorkerOptions, *, say: Callable[[str], None]
+) -> WSGIServer:
+    """``/metrics`` on ``--metrics-host:--metrics-port``, and ``say`` where; one line and
+    exit 1 when the port is taken or the host is not this machine's."""
+    from chongming_redis.metrics.worker import serve
+
+    host, port = options.metrics_host, options.metrics_port
+    try:
+        server = serve(registry, host, port)
+    except OSError as exc:
+        raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
+    say(f"metrics on http://{f'[{host}]' if ':' in host else host}:{port}/metrics")
+    return server

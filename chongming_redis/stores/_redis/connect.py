@@ -1,0 +1,53 @@
+"""redis-py's client for a store URL, with bounded timeouts and retries: ``redis://``,
+``rediss://`` and ``unix://`` through ``redis.Redis.from_url``, ``redis+sentinel://`` through
+Sentinel (``_redis_sentinel``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from chongming_redis.stores._redis.sentinel import is_sentinel_url, sentinel_client
+
+T = TypeVar("T")
+
+
+def connect(
+    url: str, *, socket_timeout: float, socket_connect_timeout: float, retries: int, **options: Any
+) -> redis.Redis:
+    """A binary client (``decode_responses=False``) on ``url``; connects to nothing yet.
+    Each command is retried ``retries`` times with backoff; ``ValueError`` for a bad URL."""
+    make = sentinel_client if is_sentinel_url(url) else redis.Redis.from_url
+    return client_from_url(make, url, Retry, socket_timeout=socket_timeout, retries=retries,
+                           socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
+
+
+def client_from_url(
+    make: Callable[..., T],
+    url: str,
+    retry_class: type[Retry] | type[AsyncRetry],
+    *,
+    socket_timeout: float,
+    socket_connect_timeout: float,
+    retries: int,
+    **options: Any,
+) -> T:
+    """``make(url, ...)`` (a redis-py ``from_url``: one server, Sentinel, Cluster, sync or
+    asyncio) with the store's client settings: the timeouts, ``retries`` with a capped
+    exponential backoff, binary replies. A URL redis-py refuses is ``ValueError`` naming it."""
+    try:
+        return make(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            retry=retry_class(ExponentialBackoff(cap=1.0, base=0.05), retries),
+            decode_responses=False,
+            **options,
+        )
+    except ValueError as exc:
+        raise ValueError(f"bad Redis URL {url!r}: {exc}") from None

@@ -1,0 +1,8 @@
+"""The SQL machinery shared by ``stores/sqlite.py`` and ``stores/postgres.py`` (private).
+
+``store.py`` is the facade both stores extend (each operation: check the input, open a
+transaction, call the operation's module); ``tasks.py`` and ``commands.py`` hold the task and
+command operations, ``feed.py`` the change feed, ``query.py`` the filtered reads; ``rows.py``
+converts records to rows, ``schema.py`` holds the DDL of both dialects; ``pool.py`` hands out
+connections, ``pg_connection.py`` adapts psycopg's to the same shape.
+"""

@@ -19,10 +19,10 @@ AOF off on both servers (a tuned figure: no fsync in either path), and what ``ge
 never followed by ``WAIT``) costs for comparison. No assertions: docs/reliability.md records.
 
 ``--cluster``: the same calls on a Redis Cluster of three masters with a replica each
-(``chongming_redis/embedded/redis_cluster.py``, every node ``appendfsync always``), the store opened with
-``cluster=True``: with N=1 each write goes as EVALSHA + ``SET {ns}:wait`` + ``WAIT 1`` in one
-pipeline on a connection of the namespace's slot master (both namespaces in one slot, so on
-one master); then with the AOF switched off on every node (``CONFIG SET``).
+(``chongming_redis/embedded/redis_cluster.py``, every node ``appendfsync always``), the store opened
+with ``cluster=True``: with N=1 each write goes as EVALSHA + ``SET {ns}:wait`` + ``WAIT 1`` in one
+pipeline on a connection of the namespace's slot master (both namespaces in one slot, so on one
+master); then with the AOF switched off on every node (``CONFIG SET``).
 """
 
 from __future__ import annotations

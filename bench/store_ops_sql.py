@@ -12,8 +12,9 @@ The bare round trips:
   one commit (with the server's defaults, one WAL flush).
 
 Both succeed every time (``cas_values``). The PostgreSQL server is private to the run
-(``chongming_redis/embedded/postgres_server.py``: ``initdb`` in a temporary directory, a free loopback
-port) with the distribution's defaults a user gets: ``fsync`` on, ``synchronous_commit`` on.
+(``chongming_redis/embedded/postgres_server.py``: ``initdb`` in a temporary directory, a free
+loopback port) with the distribution's defaults a user gets: ``fsync`` on, ``synchronous_commit``
+on.
 The SQLite file is in a temporary directory, whose file system the output names.
 """
 

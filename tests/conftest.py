@@ -1,5 +1,6 @@
 """Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port; tests
-that need PostgreSQL get a private server the same way (``chongming_redis/embedded/postgres_server.py``).
+that need PostgreSQL get a private server the same way
+(``chongming_redis/embedded/postgres_server.py``).
 
 Locally a missing ``redis-server`` (or PostgreSQL) skips those tests with a reason; in CI (``CI``
 set) it is a failure, so the server proofs can never silently disappear from a green run.

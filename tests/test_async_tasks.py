@@ -1,4 +1,4 @@
-"""``async def`` tasks (``runtime/aio.py``): run on the worker's event loop beside the thread
+"""``async def`` tasks (``runtime/task_loop.py``): run on the worker's event loop beside the thread
 pool's tasks, each holding one slot of ``concurrency`` but no thread, with the awaitable
 ``ctx.acheckpoint()``; stop, pause/resume, lost leases and failures end them as they end plain
 tasks. Also: the signature check at registration, the per-task log lines, and a real worker

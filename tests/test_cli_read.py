@@ -1,7 +1,7 @@
 """The read commands for people and for scripts (issue 13), run as real processes against the
 session's redis-server: ``tasks``, ``show``, ``stats`` and ``reconcile`` print tables with
 statuses as words, labelled local and UTC times, progress bars, a history timeline and a
-traceback as text; ``--json`` prints one parseable document with the keys ``cli_json``
+traceback as text; ``--json`` prints one parseable document with the keys ``cli/json_output.py``
 documents; ids are never cut in a pipe (nor with ``--wide`` on a terminal); an empty namespace
 or a query that matches nothing says so. Also ``submit --delay`` / ``--count``, ``prune`` in
 steps, and the durability warning only on the commands that write.

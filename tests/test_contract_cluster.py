@@ -1,6 +1,6 @@
 """The shipped contracts bound to ``RedisTaskStore`` on a real Redis Cluster (3 masters, 3
-replicas; ``chongming_redis/embedded/redis_cluster.py``): ``StoreContract``, ``ExtensionsContract`` and
-``FeedContract``, through redis-py's ``RedisCluster``.
+replicas; ``chongming_redis/embedded/redis_cluster.py``): ``StoreContract``,
+``ExtensionsContract`` and ``FeedContract``, through redis-py's ``RedisCluster``.
 
 Every test gets a fresh namespace, so a fresh slot: the namespaces of one class land on all
 three masters. One cluster client per class (``from_url(cluster=True)`` is proved on its own

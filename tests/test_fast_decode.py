@@ -1,4 +1,4 @@
-"""``fast_snapshot`` (``stores/_redis_rows.py``): the fast decoder of a task hash in its common
+"""``fast_snapshot`` (``stores/_redis/rows.py``): the fast decoder of a task hash in its common
 shape must agree with the strict decoder wherever it answers, and answer ``None`` (so the strict
 decoder reports the corruption) for everything the strict decoder refuses.
 

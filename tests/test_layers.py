@@ -39,3 +39,54 @@ def test_the_layers_contract_holds() -> None:
     result = subprocess.run([str(lint_imports)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
+
+
+def _contracts() -> list[dict[str, object]]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    return list(config["tool"]["importlinter"]["contracts"])
+
+
+def _layer_names(contract: dict[str, object]) -> set[str]:
+    layers = contract["layers"]
+    assert isinstance(layers, list)
+    return {name.strip("() ") for layer in layers for name in layer.split("|")}
+
+
+def _children(folder: Path) -> set[str]:
+    """The modules and subpackages directly in ``folder`` (``__init__``/``__main__`` aside)."""
+    modules = {p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    return modules | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+
+
+def test_every_top_level_module_and_folder_is_in_a_layer_of_the_package_contract() -> None:
+    package = next(c for c in _contracts() if c.get("type") == "layers" and not c.get("containers"))
+    named = {name.removeprefix("chongming_redis.") for name in _layer_names(package)}
+    assert _children(ROOT / "chongming_redis") - named == set()
+    assert named - _children(ROOT / "chongming_redis") == set()  # no stale names either
+
+
+def test_every_module_of_a_folder_with_its_own_contract_is_in_one_of_its_layers() -> None:
+    """A folder's contract orders all of its modules: none is left out (unchecked)."""
+    unplaced = {}
+    for contract in _contracts():
+        for container in contract.get("containers", ()):  # type: ignore[attr-defined]
+            folder = ROOT / Path(*container.split("."))
+            missing = _children(folder) - _layer_names(contract)
+            if missing:
+                unplaced[container] = sorted(missing)
+    assert unplaced == {}
+
+
+def test_every_package_folder_is_listed_for_the_wheel() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "chongming_redis").rglob("__init__.py")
+    }
+    assert on_disk - listed == set()
+    assert listed - on_disk == {"chongming_redis.lua", "chongming_redis.lua.lib"}

@@ -248,7 +248,7 @@ def test_each_header_documents_every_argv_index_the_body_reads(name: str) -> Non
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_each_reply_code_is_documented_and_in_the_python_table(name: str) -> None:
-    """The codes the body returns, the header's Replies section and ``_replies.REPLIES`` name
+    """The codes the body returns, the header's Replies section and ``_redis.replies.REPLIES`` name
     the same codes, in the same places (first element, 'OK' detail, per item)."""
     body_codes, header_codes, table_codes = returned(name), documented(name), tabled(name)
     assert body_codes["codes"], "the body returns a code"

@@ -23,7 +23,7 @@ import redis
 from chongming_redis.embedded.redis_cluster import RedisClusterProcs, namespace_in
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import Command, CommandKind, TaskQuery, TaskSnapshot, TaskStatus
-from chongming_redis.stores._redis import cluster as _redis_cluster
+from chongming_redis.stores._redis import cluster as cluster_calls
 from chongming_redis.stores._redis.scripts import SCRIPT_NAMES, script_text
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc, free_port
@@ -156,7 +156,7 @@ def test_a_slot_that_stays_half_migrated_is_unavailable_and_nothing_runs(
     slot = redis_cluster.keyslot(cluster_store.keys.root)
     source = redis_cluster.master_of(slot)
     target = next(m for m in redis_cluster.masters() if m.port != source.port)
-    monkeypatch.setattr(_redis_cluster, "MIGRATION_WAIT", 0.3)
+    monkeypatch.setattr(cluster_calls, "MIGRATION_WAIT", 0.3)
     with redis_cluster.client(source.port) as src, redis_cluster.client(target.port) as dst:
         dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source.node_id)  # type: ignore[no-untyped-call]
         src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target.node_id)  # type: ignore[no-untyped-call]
@@ -277,7 +277,7 @@ def check_everything_written_once(store: RedisTaskStore, done: dict[str, int]) -
 def count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The migration refusals the store's calls meet from now on (one entry each)."""
     met: list[str] = []
-    real = _redis_cluster.is_migrating
+    real = cluster_calls.is_migrating
 
     def counting(exc: BaseException) -> bool:
         if real(exc):
@@ -285,7 +285,7 @@ def count_refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             return True
         return False
 
-    monkeypatch.setattr(_redis_cluster, "is_migrating", counting)
+    monkeypatch.setattr(cluster_calls, "is_migrating", counting)
     return met
 
 
@@ -391,7 +391,7 @@ def test_client_from_url_opens_a_cluster_store(
     redis_cluster: RedisClusterProcs, cluster_store: RedisTaskStore
 ) -> None:
     from chongming_redis.client.client import Client
-    from tests.test_client_async import app
+    from tests.test_aclient import app
 
     client = Client.from_url(redis_cluster.url, namespace=cluster_store.namespace, app=app,
                              cluster=True)  # fmt: skip
@@ -404,10 +404,10 @@ def test_client_from_url_opens_a_cluster_store(
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_a_script_that_derives_keys_declares_the_root_and_another_key(name: str) -> None:
-    """The rule that keeps a script off a half-moved slot (``_keys.py``, docs/redis-layout.md):
-    a script that builds key names from the root declares the root and at least one more key,
-    so Redis answers TRYAGAIN (or ASK then TRYAGAIN) while the slot migrates; a script that
-    builds none touches only the keys it declares."""
+    """The rule that keeps a script off a half-moved slot (``_redis/keys.py``,
+    docs/redis-layout.md): a script that builds key names from the root declares the root and at
+    least one more key, so Redis answers TRYAGAIN (or ASK then TRYAGAIN) while the slot migrates; a
+    script that builds none touches only the keys it declares."""
     text = script_text(name)
     header = text.split("]]", 1)[0]
     declared = re.findall(r"^KEYS\[(\d+)\]\s+(\S+)", header, re.M)

@@ -17,11 +17,11 @@ from chongming_redis.embedded.redis_cluster import RedisClusterProcs
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.stores._redis import cluster as _redis_cluster
+from chongming_redis.stores._redis import cluster as cluster_calls
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.redis_async import AsyncRedisStore
 from tests.support.redis_server import RedisProc, free_port
-from tests.test_client_async import app
+from tests.test_aclient import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 
@@ -114,7 +114,7 @@ def test_the_async_store_reloads_scripts_and_waits_out_a_migration(
     slot = redis_cluster.keyslot(sync_store.keys.root)
     source = redis_cluster.master_of(slot)
     target = next(m for m in redis_cluster.masters() if m.port != source.port)
-    monkeypatch.setattr(_redis_cluster, "MIGRATION_WAIT", 0.3)
+    monkeypatch.setattr(cluster_calls, "MIGRATION_WAIT", 0.3)
 
     async def main() -> None:
         store = AsyncRedisStore.from_url(redis_cluster.url, namespace=namespace, cluster=True)

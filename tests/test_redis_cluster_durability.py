@@ -1,5 +1,5 @@
 """``durability_replicas`` on Redis Cluster: each write, a barrier ``SET {ns}:wait`` and
-``WAIT`` in one pipeline on the namespace's slot master (``_redis_cluster.ClusterCalls``).
+``WAIT`` in one pipeline on the namespace's slot master (``_redis.cluster.ClusterCalls``).
 
 On the session's 3-master/3-replica cluster: every write call sends one ``WAIT`` and one
 barrier to the slot's master, every read none, and the moment a write returns, that master's

@@ -1,6 +1,6 @@
 """What every CLI command shares: the consoles, the option types, one-line user errors, a
 progress bar for long operations, and how a command opens the store and loads the app
-(``cli.py``, ``cli_worker.py`` and ``cli_render.py`` use them)."""
+(``cli/worker.py``, ``cli/read.py``, ``cli/render.py`` and the other command modules use them)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The CLI commands that act on tasks and report what happened: ``stop``, ``pause``, ``resume``
-(wait for the holder's outcome and print it with the latency), ``retry``, ``result``, ``wait``.
+(wait for the holder's outcome and print it with the latency), ``retry``, ``result``, ``wait``,
+and ``prune`` (drop the oldest finished tasks).
 
 Exit status: 0 done (a result, or a command applied), 1 a user error (unknown task, Redis
 unreachable, bad input), 3 the task ended without a result (failed, stopped, lost), 4 no
@@ -28,16 +29,21 @@ from chongming_redis.cli.common import (
     console,
     err,
     open_store,
+    progress,
     user_errors,
 )
 from chongming_redis.cli.json_output import plain
+from chongming_redis.cli.registry import Commands
 from chongming_redis.outcomes import TaskFailed, TaskOutcome
 
 if TYPE_CHECKING:
     from chongming_redis.client.client import Client
 
+commands = Commands()
 ENDED_WITHOUT_RESULT = 3
 NO_ANSWER = 4
+#: ``prune``: terminal tasks dropped per step of the progress bar.
+PRUNE_STEP = 1000
 
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", help="seconds to wait for the outcome", min=0.0)
@@ -310,9 +316,38 @@ class _progress:
             self._bar.stop()
 
 
-def register(app: typer.Typer) -> None:
-    for action in ("stop", "pause", "resume"):
-        app.command(name=action)(control_command(action))
-    app.command()(retry)
-    app.command()(result)
-    app.command()(wait)
+def prune(
+    keep: Annotated[int, typer.Option(help="terminal tasks to keep (the newest)")] = 1000,
+    redis: RedisOpt = None,
+    store_url: StoreOpt = None,
+    namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
+) -> None:
+    """Drop the oldest terminal tasks beyond --keep, with their history."""
+    with user_errors():
+        if keep < 0:
+            raise UserError(f"--keep must be at least 0, not {keep}")
+        store = open_store(redis, namespace, store_url=store_url,
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
+        terminal = sum(n for s, n in store.counts().items() if s.is_terminal)
+        to_drop = max(0, terminal - keep)
+        dropped = 0
+        with progress("pruning", to_drop, shown=None if to_drop > PRUNE_STEP else False) as advance:
+            # Steps that keep ever fewer: each drops the oldest, as one prune would.
+            for target in range(terminal - PRUNE_STEP, keep, -PRUNE_STEP):
+                n = store.prune(keep_terminal=target)
+                dropped += n
+                advance(n)
+            n = store.prune(keep_terminal=keep)
+            dropped += n
+            advance(n)
+        console.print(f"pruned {dropped} task(s)", highlight=False)
+
+
+for _action in ("stop", "pause", "resume"):
+    commands.add(control_command(_action), name=_action)
+for _command in (retry, result, wait):
+    commands.add(_command)
+commands.add(prune, epilog="Example: chongming-redis prune --keep 10000")
+register = commands.register

@@ -29,10 +29,16 @@ from chongming_redis.cli.common import (
     user_errors,
     where,
 )
+from chongming_redis.cli.registry import Commands
 
 TOKEN_ENV = "CHONGMING_DASHBOARD_TOKEN"
+commands = Commands()
 
 
+@commands.command(
+    epilog="Example: chongming-redis dashboard --redis redis://127.0.0.1:6379/0 --port 8000 "
+    "--allow-control"
+)
 def dashboard(
     ctx: typer.Context,
     redis: RedisOpt = None,
@@ -151,3 +157,6 @@ def serve(store: object, sock: socket.socket, *, namespace: str, store_url: str,
         store_close = getattr(store, "close", None)
         if store_close is not None:
             store_close()
+
+
+register = commands.register

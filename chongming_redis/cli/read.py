@@ -1,16 +1,15 @@
-"""The read commands: ``tasks``, ``show``, ``stats`` and ``reconcile`` (which also writes, and
-reports what it did). Tables for people (``cli_render``), ``--json`` for scripts (``cli_json``
-documents the keys); a namespace with no tasks says so instead of printing an empty table.
-They do not check the server's durability settings: that warning belongs to the commands
-that write, not to every look.
+"""The read commands: ``tasks``, ``show``, ``stats``, ``reconcile`` (which also writes, and reports
+what it did) and ``changes`` (the change feed as JSON lines). Tables for people (``cli/render.py``),
+``--json`` for scripts (``cli/json_output.py`` documents the keys); a namespace with no tasks says
+so instead of printing an empty table. They do not check the server's durability settings: that
+warning belongs to the commands that write, not to every look.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
@@ -33,30 +32,14 @@ from chongming_redis.cli.common import (
     user_errors,
     where,
 )
+from chongming_redis.cli.registry import Commands
 from chongming_redis.model import TaskQuery, TaskStatus
 
-F = TypeVar("F", bound=Callable[..., Any])
 STATUSES = ", ".join(s.value for s in TaskStatus)
-_COMMANDS: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+commands = Commands()
 
 
-def _command(**options: Any) -> Callable[[F], F]:
-    """Collect a command with its ``app.command`` options, for ``register``."""
-
-    def collect(fn: F) -> F:
-        _COMMANDS.append((fn, options))
-        return fn
-
-    return collect
-
-
-def register(app: typer.Typer) -> None:
-    """Add the read commands to ``app``."""
-    for fn, options in _COMMANDS:
-        app.command(**options)(fn)
-
-
-@_command(
+@commands.command(
     epilog="Example: chongming-redis tasks --status running --status paused --newest-first "
     "--limit 20; chongming-redis tasks --json | jq -r '.tasks[].task_id'"
 )
@@ -112,7 +95,7 @@ def tasks(
                                          now=datetime.now(timezone.utc)))  # fmt: skip
 
 
-@_command(epilog="Example: chongming-redis show 3f2a9c0d41e5b6a7c8d9 --json")
+@commands.command(epilog="Example: chongming-redis show 3f2a9c0d41e5b6a7c8d9 --json")
 def show(
     task_id: str,
     as_json: JsonOpt = False,
@@ -143,7 +126,7 @@ def show(
         show_task(out(wide=wide), snapshot, history, datetime.now(timezone.utc))
 
 
-@_command(epilog="Example: chongming-redis stats --namespace thumbnails --json")
+@commands.command(epilog="Example: chongming-redis stats --namespace thumbnails --json")
 def stats(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -180,7 +163,7 @@ def stats(
             screen.print("no workers have joined this namespace", highlight=False)
 
 
-@_command(epilog="Example: chongming-redis reconcile --json")
+@commands.command(epilog="Example: chongming-redis reconcile --json")
 def reconcile(
     max_attempts: MaxAttemptsOpt = 3,
     retry_backoff: RetryBackoffOpt = 1.0,
@@ -221,3 +204,33 @@ def _status(text: str) -> TaskStatus:
 
 def _cli_owner() -> str:
     return f"cli-{os.uname().nodename}-{os.getpid()}"
+
+
+@commands.command(epilog="Example: chongming-redis changes --after 0 --limit 100 --follow")
+def changes(
+    after: Annotated[
+        str, typer.Option(help="the cursor to read after ('0': from the start)")
+    ] = "0",
+    limit: Annotated[int, typer.Option(help="items per page, 1..256")] = 256,
+    follow: Annotated[bool, typer.Option(help="keep reading until interrupted")] = False,
+    interval: Annotated[float, typer.Option(help="seconds between polls when caught up")] = 1.0,
+    redis: RedisOpt = None,
+    store_url: StoreOpt = None,
+    namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
+) -> None:
+    """The change feed as JSON lines: one per item, then {"next_cursor": ...} per page."""
+    from chongming_redis.feed.follow import stream
+
+    with user_errors():
+        store = open_store(redis, namespace, store_url=store_url,
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
+        try:
+            stream(store, after=after, limit=limit, follow=follow, interval=interval,
+                   write=lambda line: print(line, flush=True))  # fmt: skip
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+
+
+register = commands.register

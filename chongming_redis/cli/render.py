@@ -1,6 +1,6 @@
 """How the read commands print for people: statuses as coloured words, times in local time
 with their zone (and UTC where a single moment is shown), progress as a bar, a task's history
-as a timeline, a failure's traceback as text. ``cli_json`` prints the same for scripts.
+as a timeline, a failure's traceback as text. ``cli/json_output.py`` prints the same for scripts.
 
 Every string that comes from the store (names, reasons, messages, parameters) is printed as
 plain ``Text``, never as rich markup. ``rich.table`` is imported by the functions that build

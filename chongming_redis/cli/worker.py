@@ -18,11 +18,29 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from chongming_redis.cli.common import UserError, err, load_app, open_store, user_errors, where
+from chongming_redis.cli.common import (
+    BucketsOpt,
+    ClusterOpt,
+    DurabilityOpt,
+    MaxAttemptsOpt,
+    NamespaceOpt,
+    RedisOpt,
+    RetryBackoffOpt,
+    StoreOpt,
+    UserError,
+    err,
+    load_app,
+    open_store,
+    retry_policy,
+    store_target,
+    user_errors,
+    where,
+)
+from chongming_redis.cli.registry import Commands
 
 if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
     from wsgiref.simple_server import WSGIServer
@@ -39,6 +57,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)-7s %(message)s"
 CTRL_C = "press Ctrl-C to stop (a second Ctrl-C hands running tasks back at once)"
 
+commands = Commands()
 _CHILD_MODULES = ("chongming_redis.runtime.controller", "chongming_redis.runtime.pool")
 
 
@@ -282,3 +301,90 @@ def serve_metrics(
         raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
     say(f"metrics on http://{f'[{host}]' if ':' in host else host}:{port}/metrics")
     return server
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@commands.command(
+    epilog="Example: chongming-redis worker tasks:app --redis redis://127.0.0.1:6379/0 "
+    "--processes 2 --concurrency 8 --max-attempts 5 --retry-backoff 2 --log-level INFO "
+    "--metrics-port 9100"
+)
+def worker(
+    app_spec: Annotated[str, typer.Argument(metavar="APP", help="package.module:app")],
+    redis: RedisOpt = None,
+    store_url: StoreOpt = None,
+    namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
+    concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
+    prefetch: Annotated[
+        int, typer.Option(help="at most this many started tasks wait for a slot (0: none)")
+    ] = 64,
+    processes: Annotated[int, typer.Option(help="worker processes to start")] = 1,
+    num_buckets: BucketsOpt = 64,
+    task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,
+    worker_lease: Annotated[float, typer.Option(help="seconds")] = 5.0,
+    grace: Annotated[float, typer.Option(help="shutdown grace, seconds")] = 30.0,
+    max_attempts: MaxAttemptsOpt = 3,
+    retry_backoff: RetryBackoffOpt = 1.0,
+    level: Annotated[
+        str,
+        typer.Option("--log-level",
+                     help=f"one of {', '.join(LOG_LEVELS)} (one line per task at INFO)"),
+    ] = "INFO",
+    metrics_port: Annotated[
+        int,
+        typer.Option("--metrics-port",
+                     help="serve Prometheus metrics on this port at /metrics (0: none); with "
+                          "--processes the parent serves the sum of its workers'"),
+    ] = 0,
+    metrics_host: Annotated[
+        str, typer.Option(help="the address --metrics-port listens on")
+    ] = "127.0.0.1",
+) -> None:  # fmt: skip
+    """Run tasks of APP: join the namespace's pool and serve a share of its buckets.
+
+    Without --redis or --store it starts a private Redis (redis-server from PATH, else the
+    embedded extra's) and says which. --store sqlite:///path runs on a SQLite file (created if
+    missing; the workers of one machine share it), --store postgresql://... on PostgreSQL (the
+    namespace is the schema); without Redis's nudges it polls for work and commands every
+    0.2 s. Ctrl-C stops gracefully; a second one hands running tasks back.
+    """
+    with user_errors():
+        from chongming_redis.runtime.config import ControllerConfig
+
+        retry = retry_policy(max_attempts, retry_backoff)
+        level = log_level(level)
+        port = check_metrics_port(metrics_port)
+        if redis or store_url:  # a bad URL: one line here, not one per worker process
+            store_target(redis, store_url, namespace)
+        elif durability_replicas:
+            raise UserError("--durability-replicas needs --redis: a private Redis has no "
+                            "replicas")  # fmt: skip
+        elif cluster:
+            raise UserError("--cluster needs --redis: a private Redis is not a cluster")
+        parent = processes > 1 or not (redis or store_url)
+        # Before the app is imported: it may import prometheus_client (metrics/shared.py).
+        with metrics_shared(port > 0 and parent) as metrics_dir:
+            load_app(app_spec)
+            config = ControllerConfig(
+                concurrency=concurrency, prefetch=prefetch, task_lease=task_lease,
+                reconcile_interval=max(0.5, min(5.0, task_lease / 2)),
+                command_poll_interval=0.5, start_poll_interval=1.0,
+            )  # fmt: skip
+            options = WorkerOptions(app_spec, redis, namespace, config, num_buckets,
+                                    worker_lease, grace, retry=retry, log_level=level,
+                                    metrics_host=metrics_host, metrics_port=port,
+                                    metrics_dir=metrics_dir, store_url=store_url,
+                                    durability_replicas=durability_replicas,
+                                    cluster=cluster)  # fmt: skip
+            configure_logging(level)
+            if parent:
+                run_workers(options, processes)
+            else:
+                run_worker(options)
+
+
+register = commands.register

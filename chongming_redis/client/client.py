@@ -91,7 +91,7 @@ class TaskHandle:
 
 
 class Client(ClientFlows):
-    """The blocking client: the flows of ``client_flows`` performed with blocking calls."""
+    """The blocking client: the flows of ``client/flows.py`` performed with blocking calls."""
 
     store: TaskStore
 

@@ -6,8 +6,8 @@
         await c.stop(handle.task_id)      # "stopped": the outcome, once the holder acted
 
 The same calls, arguments, outcomes and exceptions as ``Client``, each awaitable: both run the
-flows of ``client_flows`` (every decision: validation, waiting, control), and their stores the
-operations of ``stores/_redis_ops`` (every request and reply); this module only performs them
+flows of ``client/flows.py`` (every decision: validation, waiting, control), and their stores the
+operations of ``stores/_redis/ops.py`` (every request and reply); this module only performs them
 with ``await`` and ``asyncio.sleep``. Many calls may run at once on one client (each takes a
 connection of the pool). Cancelling a ``wait`` leaves nothing behind; cancelling a control
 while it waits for its outcome leaves the command queued, as a ``CommandTimeout`` does. A

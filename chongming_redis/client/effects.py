@@ -1,4 +1,4 @@
-"""The effects a client flow (``client_flows``) yields — what it asks its client to do and
+"""The effects a client flow (``client/flows.py``) yields — what it asks its client to do and
 what it is sent back — and the two drivers that perform them, blocking and awaiting."""
 
 from __future__ import annotations

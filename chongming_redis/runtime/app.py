@@ -18,19 +18,39 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
 from chongming_redis.validation import check_identifier
 
-if TYPE_CHECKING:  # the clients sit above the runtime: only their types are named here
-    from chongming_redis.client.client import Client, TaskHandle
-    from chongming_redis.client.client_async import AsyncClient, AsyncTaskHandle
-
 R = TypeVar("R")
+#: The handle a client's ``submit`` returns (``TaskHandle``, ``AsyncTaskHandle``).
+H = TypeVar("H")
+
+
+class Submitter(Protocol[H]):
+    """What ``TaskFunction.submit`` needs of a client (``Client``): its ``submit`` and
+    ``submit_many``. The clients sit above the runtime, so they are described here, not
+    imported: ``resize.submit(client, ...)`` is typed with the client's own handle."""
+
+    @property
+    def submit(self) -> Callable[..., H]: ...
+
+    @property
+    def submit_many(self) -> Callable[..., list[H]]: ...
+
+
+class AsyncSubmitter(Protocol[H]):
+    """``Submitter`` for an ``AsyncClient``: ``submit`` and ``submit_many`` are awaited."""
+
+    @property
+    def submit(self) -> Callable[..., Awaitable[H]]: ...
+
+    @property
+    def submit_many(self) -> Callable[..., Awaitable[list[H]]]: ...
 
 
 class UnknownTask(ValueError):
@@ -152,26 +172,22 @@ class TaskFunction(Generic[R]):
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 
-    def submit(self, client: Client, params: Any = None, /, **fields: Any) -> TaskHandle:
+    def submit(self, client: Submitter[H], params: Any = None, /, **fields: Any) -> H:
         """Submit one task of this type: ``resize.submit(client, width=640)`` or
         ``resize.submit(client, Resize(width=640))``. Options of ``Client.submit`` (``key``,
         ``tags``, ``delay``, ...) are passed by name as ``submit_options``."""
         options = fields.pop("submit_options", None) or {}
         return client.submit(self.task_type, _params(params, fields), **options)
 
-    def submit_many(self, client: Client, params_list: Iterable[Any]) -> list[TaskHandle]:
+    def submit_many(self, client: Submitter[H], params_list: Iterable[Any]) -> list[H]:
         return client.submit_many(self.task_type, params_list)
 
-    async def asubmit(
-        self, client: AsyncClient, params: Any = None, /, **fields: Any
-    ) -> AsyncTaskHandle:
+    async def asubmit(self, client: AsyncSubmitter[H], params: Any = None, /, **fields: Any) -> H:
         """``submit`` on an ``AsyncClient``: ``await resize.asubmit(client, width=640)``."""
         options = fields.pop("submit_options", None) or {}
         return await client.submit(self.task_type, _params(params, fields), **options)
 
-    async def asubmit_many(
-        self, client: AsyncClient, params_list: Iterable[Any]
-    ) -> list[AsyncTaskHandle]:
+    async def asubmit_many(self, client: AsyncSubmitter[H], params_list: Iterable[Any]) -> list[H]:
         return await client.submit_many(self.task_type, params_list)
 
     def __repr__(self) -> str:

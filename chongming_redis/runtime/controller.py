@@ -10,7 +10,7 @@ A thin facade over the runtime's parts, each in its own module (``docs/runtime.m
 
 Threads of a running controller (all daemons, started by ``start()``): up to
 ``concurrency`` task threads (an ``async def`` task holds a slot but no thread: it runs on the
-event loop thread started with the first one, ``runtime/aio.py``); ``supervisor`` (every
+event loop thread started with the first one, ``runtime/task_loop.py``); ``supervisor`` (every
 tick); ``commands`` (every ``command_poll_interval``, or at once when nudged); ``starter``
 (every ``start_poll_interval``, or when nudged); ``reconciler`` (every ``reconcile_interval``);
 ``committer`` where the store batches; and the bucket pool's heartbeat after ``join_pool``.

@@ -1,9 +1,9 @@
 """``PostgresTaskStore``: the ``TaskStore`` protocol, the runtime's extensions and the change feed
 on one PostgreSQL schema, through psycopg 3 and a ``psycopg_pool.ConnectionPool``.
 
-Everything but the connection side is the shared SQL core (``_sql_store.SqlTaskStore`` and the
+Everything but the connection side is the shared SQL core (``_sql.store.SqlTaskStore`` and the
 ``_sql_*`` modules, shared with ``SqliteTaskStore``); the connection side (pool, transactions,
-text as ``bytea``, lost commits, a restarted server) is ``_pg_connection``. This module owns:
+text as ``bytea``, lost commits, a restarted server) is ``_sql.pg_connection``. This module owns:
 
 * **The schema.** All tables live in one schema (``schema=``, the namespace), created with its
   tables on first use and versioned (``schema_version``); concurrent first opens are serialised
@@ -16,7 +16,7 @@ text as ``bytea``, lost commits, a restarted server) is ``_pg_connection``. This
   are issued in commit order and no two writers wait for each other.
 * **Failures.** An unreachable server, a broken connection or a rolled-back transaction is
   ``StoreUnavailable``; a commit whose reply was lost is resolved with the server
-  (``_pg_connection``), so a write that landed is reported as done.
+  (``_sql.pg_connection``), so a write that landed is reported as done.
 
 No nudges: the runtime's pub/sub nudges are Redis channels (``NudgeStore``); on PostgreSQL the
 runtime polls.

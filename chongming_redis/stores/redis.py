@@ -3,7 +3,7 @@
 Every write is one ``EVALSHA`` of a script from ``lua/`` that validates everything, then writes
 the task, its indexes and counters together, so they can never disagree. Reads are plain
 ``HGETALL``/``ZRANGEBYSCORE`` calls, or the read-only ``query`` script (``EVALSHA_RO``). The
-layout is documented in ``docs/redis-layout.md`` and built in ``_keys.py`` alone.
+layout is documented in ``docs/redis-layout.md`` and built in ``_redis/keys.py`` alone.
 
 Retries: redis-py re-sends a command whose connection failed, even if the server ran it (the
 reply was lost, not the command). Each write therefore carries a token the script recognises:
@@ -49,7 +49,7 @@ log = logging.getLogger("chongming_redis.store")
 T = TypeVar("T")
 
 #: Tasks ``prune`` drops per script call (each call stays well under a millisecond per task).
-#: (``QUERY_PAGE``/``QUERY_BUDGET``, the ``query`` page sizes, come from ``_redis_ops``; the
+#: (``QUERY_PAGE``/``QUERY_BUDGET``, the ``query`` page sizes, come from ``_redis.ops``; the
 #: store reads them from this module at each call.)
 PRUNE_BATCH = 100
 
@@ -76,9 +76,9 @@ class RedisTaskStore(RedisExtensions):
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisTaskStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
-        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis_cluster``).
+        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis.cluster``).
         self._cluster = ClusterCalls.of(client, self.keys.root)
-        #: ``durability_replicas``: writes wait for replicas (``_redis_durability``)
+        #: ``durability_replicas``: writes wait for replicas (``_redis.durability``)
         self.wait_rule = durability.wait_rule(
             durability_replicas, durability_timeout,
             client.get_connection_kwargs().get("socket_timeout"),
@@ -133,14 +133,14 @@ class RedisTaskStore(RedisExtensions):
     ) -> RedisTaskStore:
         """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``, or
         ``redis+sentinel://host:port[,host:port...]/service[/db]``: the primary Sentinel names,
-        followed across failovers; ``_redis_sentinel``).
+        followed across failovers; ``_redis.sentinel``).
 
         A call fails with ``StoreUnavailable`` after at most about
         ``(retries + 1) * (socket_timeout + socket_connect_timeout)`` seconds, never hangs.
         ``durability_replicas=N``: a write is acknowledged only once ``N`` replicas confirmed
         it, within ``durability_timeout`` seconds (default: half the socket timeout), else it
-        raises ``StoreUnavailable`` (``_redis_durability``).
-        ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis_cluster``).
+        raises ``StoreUnavailable`` (``_redis.durability``).
+        ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis.cluster``).
         """
         Keys(namespace)  # refuse a bad namespace, and bad durability options, before connecting
         durability.wait_rule(durability_replicas, durability_timeout, socket_timeout, ())
@@ -188,7 +188,7 @@ class RedisTaskStore(RedisExtensions):
         self, query: TaskQuery | None = None, *, after: tuple[datetime, str] | None = None
     ) -> list[TaskSnapshot]:
         """``PagedQueryStore``: ``query`` resumed strictly after ``after = (created_at,
-        task_id)``; the first script call starts from that cursor (``_redis_ops.query``)."""
+        task_id)``; the first script call starts from that cursor (``_redis.ops.query``)."""
         plan = ops.query(
             self.keys, query, page_size=QUERY_PAGE, page_budget=QUERY_BUDGET, after=after
         )
@@ -324,7 +324,7 @@ class RedisTaskStore(RedisExtensions):
     # -- script calls and replies ----------------------------------------------------------
 
     def _perform(self, plan: ops.Plan[T]) -> T:
-        """Run an operation of ``_redis_ops`` with this store's I/O (see its docstring)."""
+        """Run an operation of ``_redis.ops`` with this store's I/O (see its docstring)."""
         reply: Any = None
         requested = False
         while True:
@@ -347,8 +347,8 @@ class RedisTaskStore(RedisExtensions):
         return replies.check(request.call, self._eval(request.name, request.keys, request.args))
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any) -> list[Any]:
-        """One script call; a failure code becomes its exception (``_replies.REPLIES``),
-        naming what ``about`` says the call was about (``_replies.Call``)."""
+        """One script call; a failure code becomes its exception (``_redis.replies.REPLIES``),
+        naming what ``about`` says the call was about (``_redis.replies.Call``)."""
         return replies.check(replies.Call(name, **about), self._eval(name, keys, args))
 
     def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
@@ -391,7 +391,7 @@ class RedisTaskStore(RedisExtensions):
         if self._closed:
             raise StoreClosed()
 
-    # -- encoding (``_redis_ops``) ---------------------------------------------------------
+    # -- encoding (``_redis.ops``) ---------------------------------------------------------
 
     def _task_args(
         self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False

@@ -4,7 +4,7 @@ The subset ``AsyncClient`` uses — ``get``, ``query``, ``counts``, ``history``,
 ``commit_tasks``, ``submit_command``, ``get_command``, ``recorded_num_buckets``,
 ``server_time`` and the nudges — each an ``await``-able call with the same arguments, checks,
 replies and exceptions as ``RedisTaskStore``'s: both drive the same operations of
-``_redis_ops`` (which build the requests and decode the replies) with their own I/O, and run
+``_redis.ops`` (which build the requests and decode the replies) with their own I/O, and run
 the same Lua scripts. It never claims commands or starts tasks.
 
 The connection is made at the first call (``from_url`` does no I/O); the first script call
@@ -63,10 +63,10 @@ class AsyncRedisStore:
         if kwargs.get("decode_responses"):
             raise ValueError("AsyncRedisStore needs a client with decode_responses=False")
         self.keys = Keys(namespace)
-        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis_cluster_async``).
+        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis.cluster_async``).
         self._cluster = AsyncClusterCalls.of(client, self.keys.root)
         #: ``durability_replicas``: writes wait for replicas, as ``RedisTaskStore``'s
-        #: (``_redis_durability``; not checked at open: the first write says it).
+        #: (``_redis.durability``; not checked at open: the first write says it).
         self.wait_rule = wait_rule(durability_replicas, durability_timeout,
                                    kwargs.get("socket_timeout"),
                                    barrier(self.keys, cluster=bool(self._cluster)))  # fmt: skip
@@ -95,7 +95,7 @@ class AsyncRedisStore:
         ``redis+sentinel://``), connected at its first call. A call fails with
         ``StoreUnavailable`` after at most about ``(retries + 1) * (socket_timeout +
         socket_connect_timeout)`` seconds. ``durability_replicas``: as ``RedisTaskStore``'s.
-        ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis_cluster_async``)."""
+        ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis.cluster_async``)."""
         Keys(namespace)  # refuse a bad namespace before anything else
         if cluster:
             made = connect_cluster_async(url, socket_timeout=socket_timeout, retries=retries,
@@ -177,7 +177,7 @@ class AsyncRedisStore:
     # -- I/O -----------------------------------------------------------------------------------
 
     async def _perform(self, plan: ops.Plan[T]) -> T:
-        """Run an operation of ``_redis_ops`` with this store's I/O (see its docstring)."""
+        """Run an operation of ``_redis.ops`` with this store's I/O (see its docstring)."""
         reply: Any = None
         requested = False
         while True:
@@ -241,7 +241,7 @@ class AsyncRedisStore:
         return script
 
     async def _supports_script_flags(self) -> bool:
-        """As ``_redis_server.supports_script_flags``: Redis >= 7 (fakeredis is not asked)."""
+        """As ``_redis.server.supports_script_flags``: Redis >= 7 (fakeredis is not asked)."""
         if type(self._client).__module__.startswith("fakeredis"):
             return False
         if self._cluster is not None:

@@ -1,7 +1,7 @@
 """``SqliteTaskStore``: the ``TaskStore`` protocol, the runtime's extensions and the change feed
 on one SQLite database file, through the standard library's ``sqlite3``.
 
-Everything but the connection side is the shared SQL core (``_sql_store.SqlTaskStore`` and the
+Everything but the connection side is the shared SQL core (``_sql.store.SqlTaskStore`` and the
 ``_sql_*`` modules, shared with ``PostgresTaskStore``). This module owns:
 
 * **Connections:** one per thread (thread-local), opened on first use, all closed by
@@ -67,7 +67,7 @@ class _Connection(sqlite3.Connection):
 
 
 class _Tx:
-    """One transaction on a connection (``_sql_schema.Tx``): ``?`` placeholders as they are."""
+    """One transaction on a connection (``_sql.schema.Tx``): ``?`` placeholders as they are."""
 
     dialect = SQLITE
 

@@ -26,7 +26,7 @@ schemas, as they are two key prefixes on one Redis. A ``schema`` query parameter
 
 Redis through Sentinel: ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db]``
 names the Sentinels, the monitored service and the database; the store follows the primary
-across failovers (``stores/_redis_sentinel.py``).
+across failovers (``stores/_redis/sentinel.py``).
 
 Each store's module is imported only when its URL is opened: a Redis user never imports
 ``sqlite3`` or psycopg. A bad URL raises ``StoreUrlError`` (a ``ValueError``) before anything

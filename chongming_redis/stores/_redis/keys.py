@@ -39,7 +39,7 @@ key                   type    meaning
                               ``op claim|complete|release cid until now [lu] owner`` per
                               lease change, written by the changing script; capped ~1,000,000
 ``{ns}:wait``         string  empty; only on Redis Cluster with ``durability_replicas``: the
-                              barrier written before each ``WAIT`` (``_redis_durability``)
+                              barrier written before each ``WAIT`` (``_redis.durability``)
 ====================  ======  =================================================================
 
 Why identifiers are safe verbatim: the hash tag is the *first* ``{...}`` of a key, and it comes
@@ -53,7 +53,7 @@ Scripts that only learn an index key from stored data (the old tags of a task be
 derive it from ``root`` — the ``{ns}:`` prefix, passed as a KEY — and say so in their header.
 The root is never written, so it never exists: a script that derives keys declares it and at
 least one other key, and Redis Cluster refuses such a script (``TRYAGAIN``) while the slot
-migrates instead of running it on a half-moved slot (``_redis_cluster``).
+migrates instead of running it on a half-moved slot (``_redis.cluster``).
 """
 
 from __future__ import annotations
@@ -179,14 +179,14 @@ class Keys:
     @property
     def wait_barrier(self) -> str:
         """The channel ``durability_replicas`` publishes to before each ``WAIT``
-        (``_redis_durability``); nobody subscribes. Under ``nudge:`` so the nudges' ACL
+        (``_redis.durability``); nobody subscribes. Under ``nudge:`` so the nudges' ACL
         channel pattern covers it; ``!`` keeps it apart from any worker's name."""
         return self.root + "nudge:!wait"
 
     @property
     def wait_barrier_key(self) -> str:
         """The key ``durability_replicas`` writes before each ``WAIT`` on Redis Cluster, where
-        ``PUBLISH`` is not replicated (``_redis_durability.write_barrier``): in the namespace's
+        ``PUBLISH`` is not replicated (``_redis.durability.write_barrier``): in the namespace's
         slot, so the barrier runs on the node that ran the write."""
         return self.root + "wait"
 

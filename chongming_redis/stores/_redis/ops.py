@@ -12,7 +12,7 @@ answer. A store drives a plan with its own I/O::
 What a driver adds is the same in both stores: before every request it checks that the store
 is open, and once at the end of a plan that made no request (a ``query`` with ``limit=0``), so
 an argument error comes before ``StoreClosed``; a ``Script`` reply goes through
-``_replies.check`` (its code becomes the exception of ``_replies.REPLIES``); redis-py's
+``_redis.replies.check`` (its code becomes the exception of ``_redis.replies.REPLIES``); redis-py's
 exceptions become the store's through ``errors``; a ``Read`` calls the redis-py method it
 names (the same name on both clients, so the same reply parsing).
 """
@@ -116,7 +116,7 @@ def errors(key: str | None = None) -> Iterator[None]:
     except (redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
             redis.exceptions.AskError, redis.exceptions.SlotNotCoveredError) as exc:  # fmt: skip
         # A cluster that is down, failing over or still migrating the namespace's slot after
-        # MIGRATION_WAIT (``_redis_cluster``; ASK/MOVED: a durable write sent to the slot's
+        # MIGRATION_WAIT (``_redis.cluster``; ASK/MOVED: a durable write sent to the slot's
         # master itself): the command was refused (or, its barrier refused, its outcome is
         # unknown); a retry is safe.
         raise StoreUnavailable(f"Redis Cluster cannot serve the namespace now: {exc}") from exc

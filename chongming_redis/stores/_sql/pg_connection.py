@@ -1,5 +1,5 @@
 """The connection side of ``PostgresTaskStore``: a ``psycopg_pool.ConnectionPool``, the ``Tx``
-the shared SQL runs on (``_sql_schema.Tx``), and how driver failures become ``StoreError``.
+the shared SQL runs on (``_sql.schema.Tx``), and how driver failures become ``StoreError``.
 
 * **Text as bytea.** Every ``str`` parameter is bound as its UTF-8 bytes and every text column
   is ``bytea`` (``POSTGRES``): PostgreSQL ``text`` cannot hold NUL, which an id may contain, and
@@ -59,7 +59,7 @@ def _bound(params: Sequence[object]) -> list[object]:
 
 
 class PgTx:
-    """One transaction on a pooled connection (``_sql_schema.Tx``)."""
+    """One transaction on a pooled connection (``_sql.schema.Tx``)."""
 
     dialect = POSTGRES
 

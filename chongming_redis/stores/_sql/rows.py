@@ -1,4 +1,4 @@
-"""Codec rows <-> SQL rows, for every SQL store (``_sql_schema`` describes the tables).
+"""Codec rows <-> SQL rows, for every SQL store (``_sql.schema`` describes the tables).
 
 The codec (``stores/codec.py``) does the real work; this module only fixes the column order of
 each table, stores progress numbers as text (so ``1.0`` comes back a ``float`` in any dialect),

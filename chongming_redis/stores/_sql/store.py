@@ -11,7 +11,7 @@ the shared SQL of the ``_sql_*`` modules, for any SQL database. A concrete store
 * ``close()`` and ``server_time()``; ``where`` (a label for messages: a path, a schema).
 
 Arguments are checked here, before any transaction, with the checks every store shares
-(``stores/_common.py``), so a SQL store refuses exactly what the others refuse.
+(``stores/_checks.py``), so a SQL store refuses exactly what the others refuse.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ SUCCEEDED, FAILED, STOPPED, LOST = (
 )
 LIVE = (PENDING, RUNNING, PAUSED)
 TERMINAL = (SUCCEEDED, FAILED, STOPPED, LOST)
-MAX_CLAIM_LIMIT = 1000  # the shared argument checks (stores/_common.py) cap a claim batch
+MAX_CLAIM_LIMIT = 1000  # the shared argument checks (stores/_checks.py) cap a claim batch
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0  # the longest command lease (protocol: claim_commands)
 LATEST = datetime(2255, 6, 5, 23, 47, 34, 740991, tzinfo=timezone.utc)  # the last storable µs
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -14,7 +14,7 @@ import pytest
 from bench.store_calls import protocol_calls
 from bench.store_throughput import LABELS
 from chongming_redis.stores.memory import InMemoryTaskStore
-from tests.conftest import require_postgres
+from tests.support.fixtures import require_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

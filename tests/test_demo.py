@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from chongming_redis.embedded.postgres_server import PostgresProc
-from tests.conftest import require_redis_server
+from tests.support.fixtures import require_redis_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 

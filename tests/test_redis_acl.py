@@ -63,7 +63,7 @@ from chongming_redis.stores._redis.scripts import script_text
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.store_contract import StoreContract
-from tests.conftest import require_redis_server
+from tests.support.fixtures import require_redis_server
 from tests.support.redis_server import RedisProc
 
 pytestmark = pytest.mark.redis

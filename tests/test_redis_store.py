@@ -34,7 +34,7 @@ from chongming_redis.stores.redis import (
     RedisTaskStore,
     check_server_settings,
 )
-from tests.conftest import require_redis_server
+from tests.support.fixtures import require_redis_server
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

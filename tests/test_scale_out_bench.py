@@ -22,7 +22,7 @@ from bench.scale_out_sim import (
     worker_rate,
     workers_per_shard,
 )
-from tests.conftest import require_redis_server
+from tests.support.fixtures import require_redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
 

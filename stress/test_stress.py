@@ -26,7 +26,7 @@ from chongming_redis.stress import checkers
 from chongming_redis.stress.app import UNSAFE_ENV, keys_pattern
 from chongming_redis.stress.faults import KINDS, schedule
 from chongming_redis.stress.harness import Options, libfaketime, upstream_of
-from tests.conftest import require_redis_server
+from tests.support.fixtures import require_redis_server
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -23,8 +23,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check chongming_redis tests bench
-	$(BIN)/ruff format --check chongming_redis tests bench
+	$(BIN)/ruff check chongming_redis tests stress bench
+	$(BIN)/ruff format --check chongming_redis tests stress bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

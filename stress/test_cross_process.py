@@ -10,7 +10,8 @@ with real OS processes (``python -m tests.support.workers``) against one store:
 
 The contract suites run on one connection; these count outcomes across processes. The
 processes are coordinated through their stdin/stdout (``tests/support/processes.py``), never
-through the store under test. kill -9 of the Redis server itself: tests/test_redis_cross_process.py.
+through the store under test. kill -9 of the Redis server itself:
+stress/test_redis_cross_process.py.
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ def test_concurrent_save_of_one_version_has_exactly_one_winner(
 
 CONSUMERS = 8
 COMMANDS = 1000
+#: Seconds a consumer rests between claims. SQLite hands its write lock over unfairly (below):
+#: without a rest, on a loaded machine one process can drain the queue while the others sleep
+#: in the busy handler, and the run proves no concurrency at all.
+PAUSE = {"sqlite": "0.02"}
 
 
 def test_concurrent_consumers_claim_every_command_exactly_once(
@@ -169,6 +174,7 @@ def test_concurrent_consumers_claim_every_command_exactly_once(
                 name,
                 *backend.flags,
                 *("--limit", "7", "--out", str(tmp_path / f"{name}.jsonl")),
+                *("--pause", PAUSE.get(backend.name, "0")),
             )
             for name in names
         ]

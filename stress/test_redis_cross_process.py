@@ -4,7 +4,7 @@ half-applied, and whatever else was found is explained by an indeterminate op.
 
 The store-neutral cross-process proofs (8 processes saving one version, 8 consumers draining
 1,000 commands, a SIGKILLed claimer's leases) run on Redis and on SQLite in
-tests/test_cross_process.py.
+stress/test_cross_process.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ role that may not create), a ``COMMIT`` whose reply is lost (told apart by askin
 and a server restart under an open store (the pool finds its dead connections and recovers).
 
 The contracts run in tests/test_contract_postgres.py; the SIGKILL under load in
-tests/test_postgres_faults.py.
+stress/test_postgres_faults.py.
 """
 
 from __future__ import annotations

@@ -391,7 +391,7 @@ def test_client_from_url_opens_a_cluster_store(
     redis_cluster: RedisClusterProcs, cluster_store: RedisTaskStore
 ) -> None:
     from chongming_redis.client.client import Client
-    from tests.test_aclient import app
+    from tests.test_client_async import app
 
     client = Client.from_url(redis_cluster.url, namespace=cluster_store.namespace, app=app,
                              cluster=True)  # fmt: skip

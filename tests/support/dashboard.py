@@ -5,7 +5,6 @@ so they are read over a real socket, not through the in-process test client)."""
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from urllib.parse import unquote
 import uvicorn
 from starlette.applications import Starlette
 
+from chongming_redis.embedded.redis_server import free_port
 from chongming_redis.model import Failure, Progress, TaskSnapshot, TaskStatus
 from chongming_redis.stores.protocol import TaskStore
 
@@ -71,13 +71,6 @@ def row_ids(html: str) -> list[str]:
 def link(html: str, element_id: str) -> str | None:
     found = re.search(rf'href="([^"]+)" id="{element_id}"', html)
     return None if found is None else unescape(found.group(1))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

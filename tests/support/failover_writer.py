@@ -1,4 +1,4 @@
-"""A writer process for the failover proofs (``tests/test_failover.py``)::
+"""A writer process for the failover proofs (``stress/test_failover.py``)::
 
     python -m tests.support.failover_writer URL NAMESPACE NAME LOG STOPFILE \
         [--tasks 8] [--payload 4096] [--durability-replicas N] [--wait-timeout 0.3]

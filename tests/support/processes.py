@@ -1,8 +1,8 @@
 """Real OS processes for the cross-process tests (``python -m tests.support.workers <role>``):
 start them, talk to them over stdin/stdout, and always reap them.
 
-``tests/test_cross_process.py`` (the races, on every store) and
-``tests/test_redis_cross_process.py`` (kill -9 of redis-server) use them.
+``stress/test_cross_process.py`` (the races, on every store) and
+``stress/test_redis_cross_process.py`` (kill -9 of redis-server) use them.
 """
 
 from __future__ import annotations

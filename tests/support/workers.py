@@ -5,7 +5,7 @@
 ``STORE-URL`` names the store every process opens: ``redis://...`` (with ``--namespace``),
 ``postgresql://...`` (``--namespace`` is the schema) or ``sqlite:///abs/path`` (``open_store``).
 
-Roles (see ``tests/test_cross_process.py`` and ``tests/test_redis_cross_process.py`` for what
+Roles (see ``stress/test_cross_process.py`` and ``stress/test_redis_cross_process.py`` for what
 each one proves):
 
 ``save-racer``  rounds of "everyone saves the same version of one task": prints ``ready``, then
@@ -179,6 +179,7 @@ def run_claimer(args: argparse.Namespace) -> int:
                 for command in batch:
                     store.complete_command(command.command_id, now=_now(), outcome=args.name)
                     _emit(out, {"completed": command.command_id})
+                time.sleep(args.pause)  # the work a real consumer does between claims
     finally:
         store.close()
 
@@ -408,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--limit", type=int, default=7)
+    parser.add_argument("--pause", type=float, default=0.0, help="claimer: seconds between claims")
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-seconds", type=float, default=20.0)

@@ -30,7 +30,7 @@ def submit(tx: Tx, row: Row) -> None:
         raise CommandAlreadyExists(str(row["command_id"]))
 
 
-def claim(tx: Tx, moment: int, until: int, limit: int) -> list[Command]:
+def claim_commands(tx: Tx, moment: int, until: int, limit: int) -> list[Command]:
     """Pick and lease, oldest ``created_at`` first (ties by ``command_id``)."""
     rows = tx.rows(
         f"SELECT {COMMAND_SELECT} FROM commands WHERE finished_at IS NULL"

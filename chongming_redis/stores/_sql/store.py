@@ -248,7 +248,7 @@ class SqlTaskStore:
     ) -> list[Command]:
         until = encode_dt(check.check_claim(now, lease_seconds, limit))
         with self._writing() as (tx, _):
-            return commands.claim(tx, encode_dt(now), until, limit)
+            return commands.claim_commands(tx, encode_dt(now), until, limit)
 
     def complete_command(
         self, command_id: str, *, now: datetime, outcome: str | None = None

@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test test-fast lint install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/chongming-redis demo
 
+# The whole suite on 4 pytest-xdist workers (each starts its own servers on ports of its own;
+# most tests wait on real processes and servers, so 4 keep 2 cores busy).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 4 --dist worksteal
+
+# The inner loop (under a minute): the unit tests, the StoreContract on the in-memory store and
+# on one real Redis, the Redis store's own tests, the producer client.
+FAST_TESTS := $(addprefix tests/test_,$(addsuffix .py,\
+	model codec audit lua_scripts cli_render log_writer store_adapter feed_reader feed_wire \
+	fast_decode layers store_guide_doc fault_proxy contract_memory contract_redis redis_store \
+	redis_write_checks redis_compact_layout client))
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n 4 --dist worksteal -m "not slow" $(FAST_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check chongming_redis tests stress bench

@@ -44,7 +44,7 @@ from chongming_redis.stress import app as stress_app
 from chongming_redis.stress.clients import client_for
 from chongming_redis.stress.fault_proxy import FaultProxy
 from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
-from chongming_redis.stress.producer import submit_until_known
+from chongming_redis.stress.producer import submit_until_known, unacknowledged
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
 
 APP = "chongming_redis.stress.app:app"
@@ -344,6 +344,8 @@ def run(opts: Options) -> dict[str, Any]:
         worker_processes_started=workers.spawned,
         worker_unexpected_exits=workers.unexpected_exits,
         filler_tasks=sum(1 for t in acked_tasks if t.startswith("x")),
+        # Why a submit stayed unacknowledged (its last log line), so a short count explains itself.
+        unacknowledged_submits=unacknowledged(log.records, set(submitted) - set(acked_tasks)),
         faults_scheduled=dict(nemesis.scheduled),
         faults_fired={k: nemesis.fired.get(k, 0) for k in nemesis.scheduled},
         proxy_fired=proxy.fired if proxy is not None else {},

@@ -35,7 +35,7 @@ def submit_until_known(
         try:
             driver.submit("step", params, task_id=task_id)
         except TaskAlreadyExists as exc:
-            if unsure and _exists(driver, task_id):
+            if unsure and _exists(driver, task_id, deadline):
                 log({"op": "submit", "id": task_id, "outcome": "ok", "after": "retry"})
                 return True
             log({"op": "submit", "id": task_id, "outcome": "fail", "error": repr(exc)})
@@ -54,8 +54,19 @@ def submit_until_known(
         return True
 
 
-def _exists(driver: Controller, task_id: str) -> bool:
-    try:
-        return driver.store.get(task_id) is not None
-    except StoreError:
-        return False
+def _exists(driver: Controller, task_id: str, deadline: float) -> bool:
+    """The task reads back (a read that fails is tried again until ``deadline``: the store that
+    just said "already exists" may be restarting)."""
+    while True:
+        try:
+            return driver.store.get(task_id) is not None
+        except StoreError:
+            if time.monotonic() + PAUSE_SECONDS > deadline:
+                return False
+            time.sleep(PAUSE_SECONDS)
+
+
+def unacknowledged(records: list[dict[str, Any]], task_ids: set[str]) -> dict[str, Any]:
+    """``{task id: its last submit log line}`` for the submits never acknowledged."""
+    last = {r["id"]: r for r in records if r.get("op") == "submit" and r.get("id") in task_ids}
+    return {task_id: last.get(task_id) for task_id in sorted(task_ids)}

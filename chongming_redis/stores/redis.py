@@ -3,7 +3,10 @@
 Every write is one ``EVALSHA`` of a script from ``lua/`` that validates everything, then writes
 the task, its indexes and counters together, so they can never disagree. Reads are plain
 ``HGETALL``/``ZRANGEBYSCORE`` calls, or the read-only ``query`` script (``EVALSHA_RO``). The
-layout is documented in ``docs/redis-layout.md`` and built in ``_redis/keys.py`` alone.
+layout is documented in ``docs/redis-layout.md`` and built in ``_redis/keys.py`` alone. Each
+operation is a plan, built without I/O (``_redis.ops``, ``_redis.worker_ops``,
+``_redis.dashboard_ops``), that this store drives with redis-py, by the rules it shares with
+``AsyncRedisStore`` (``_redis.driver``).
 
 Retries: redis-py re-sends a command whose connection failed, even if the server ran it (the
 reply was lost, not the command). Each write therefore carries a token the script recognises:
@@ -15,7 +18,6 @@ retried ``claim_commands`` returns the batch the first attempt leased, and ``app
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -26,21 +28,17 @@ import redis
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
-from chongming_redis.errors import CorruptRecord, StoreClosed
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores import _checks as check
-from chongming_redis.stores._redis import durability, ops, replies
+from chongming_redis.stores._redis import driver, durability, ops, replies, worker_ops
 from chongming_redis.stores._redis.cluster import ClusterCalls, connect_cluster
 from chongming_redis.stores._redis.connect import connect
 from chongming_redis.stores._redis.extensions import RedisExtensions
-from chongming_redis.stores._redis.keys import TASK_FIELDS, Keys
 from chongming_redis.stores._redis.ops import QUERY_BUDGET, QUERY_PAGE
-from chongming_redis.stores._redis.replies import text as _text
-from chongming_redis.stores._redis.rows import encode_entry, hash_changes, pairs, token
-from chongming_redis.stores._redis.scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES, script_text
+from chongming_redis.stores._redis.rows import decode_command, task_args
+from chongming_redis.stores._redis.scripts import SCRIPT_NAMES, script_text
 from chongming_redis.stores._redis.server import check_server_settings, supports_script_flags
-from chongming_redis.stores.codec import Row, encode_dt, snapshot_to_row, touch_columns
-from chongming_redis.validation import check_int
+from chongming_redis.stores._redis.worker_ops import PRUNE_BATCH
+from chongming_redis.stores.codec import Row
 
 __all__ = ["PRUNE_BATCH", "QUERY_BUDGET", "QUERY_PAGE", "RedisTaskStore"]
 
@@ -48,10 +46,9 @@ log = logging.getLogger("chongming_redis.store")
 
 T = TypeVar("T")
 
-#: Tasks ``prune`` drops per script call (each call stays well under a millisecond per task).
-#: (``QUERY_PAGE``/``QUERY_BUDGET``, the ``query`` page sizes, come from ``_redis.ops``; the
-#: store reads them from this module at each call.)
-PRUNE_BATCH = 100
+# ``PRUNE_BATCH`` (tasks per ``prune`` script call) and ``QUERY_PAGE``/``QUERY_BUDGET`` (the
+# ``query`` page sizes) come from ``_redis.worker_ops`` and ``_redis.ops``; the store reads
+# them from this module at each call, so that a test may change them here.
 
 
 class RedisTaskStore(RedisExtensions):
@@ -60,6 +57,8 @@ class RedisTaskStore(RedisExtensions):
     ``client`` must be a ``redis.Redis`` created with ``decode_responses=False`` (values are
     binary). Use ``from_url`` to get one with bounded timeouts and retries.
     """
+
+    legacy_scripts: bool
 
     def __init__(
         self,
@@ -75,18 +74,10 @@ class RedisTaskStore(RedisExtensions):
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("RedisTaskStore needs a client with decode_responses=False")
-        self.keys = Keys(namespace)
-        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis.cluster``).
-        self._cluster = ClusterCalls.of(client, self.keys.root)
-        #: ``durability_replicas``: writes wait for replicas (``_redis.durability``)
-        self.wait_rule = durability.wait_rule(
-            durability_replicas, durability_timeout,
-            client.get_connection_kwargs().get("socket_timeout"),
-            durability.barrier(self.keys, cluster=self._cluster is not None),
-        )  # fmt: skip
+        super().__init__(client, ClusterCalls.of, namespace=namespace, owns_client=owns_client,
+                         durability_replicas=durability_replicas,
+                         durability_timeout=durability_timeout)  # fmt: skip
         self._client: redis.Redis = client  # type: ignore[assignment]  # same commands
-        self._owns_client = owns_client
-        self._closed = False
         #: When on, every command lease change (claim, complete, release) is also appended,
         #: by the same script, to the stream ``{ns}:audit`` (see ``Keys``): the server-side
         #: record the stress checker ``check_command_leases`` reads.
@@ -142,8 +133,8 @@ class RedisTaskStore(RedisExtensions):
         raises ``StoreUnavailable`` (``_redis.durability``).
         ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis.cluster``).
         """
-        Keys(namespace)  # refuse a bad namespace, and bad durability options, before connecting
-        durability.wait_rule(durability_replicas, durability_timeout, socket_timeout, ())
+        driver.check_before_connecting(namespace, durability_replicas, durability_timeout,
+                                       socket_timeout)  # fmt: skip
         make = connect_cluster if cluster else connect
         client = make(url, socket_timeout=socket_timeout, retries=retries,
                          socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
@@ -158,23 +149,13 @@ class RedisTaskStore(RedisExtensions):
             durability_timeout=durability_timeout,
         )
 
-    @property
-    def namespace(self) -> str:
-        return self.keys.namespace
-
     # -- task snapshots --------------------------------------------------------------------
 
     def create(self, snapshot: TaskSnapshot) -> None:
-        row = snapshot_to_row(check.check_snapshot(snapshot))
-        key = self.keys.task(snapshot.task_id)
-        args = self._task_args(row, "", with_lease=True)
-        self._run("create", [key, self.keys.root], args, task_id=snapshot.task_id)
+        self._perform(worker_ops.create(self.keys, snapshot))
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
-        row = snapshot_to_row(check.check_save(snapshot, expect_version))
-        keys = [self.keys.task(snapshot.task_id), self.keys.root]
-        args = self._task_args(row, expect_version)
-        self._run("save", keys, args, task_id=snapshot.task_id, expected=expect_version)
+        self._perform(worker_ops.save(self.keys, snapshot, expect_version))
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         return self._perform(ops.get_task(self.keys, task_id))
@@ -200,8 +181,7 @@ class RedisTaskStore(RedisExtensions):
     # -- audit history ---------------------------------------------------------------------
 
     def append(self, transition: Transition) -> None:
-        entry = encode_entry(check.check_transition(transition))
-        self._run("append", [self.keys.history(transition.task_id)], [transition.version, entry])
+        self._perform(worker_ops.append(self.keys, transition))
 
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
         return self._perform(ops.history(self.keys, task_id, since_version))
@@ -217,7 +197,8 @@ class RedisTaskStore(RedisExtensions):
         lease_owner: str | None = None,
         lease_until: datetime | None = None,
     ) -> None:
-        self._touch(task_id, "", progress, heartbeat_at, lease_owner, lease_until)
+        changes = (progress, heartbeat_at, lease_owner, lease_until)
+        self._perform(worker_ops.touch(self.keys, task_id, changes))
 
     def touch_fenced(
         self,
@@ -234,29 +215,8 @@ class RedisTaskStore(RedisExtensions):
         (marked LOST, restarted elsewhere) bumps into the new version and writes nothing, so a
         paused "zombie" cannot overwrite the new holder's lease or progress. Never bumps the
         version. A missing task returns False."""
-        check_int(expect_version, "expect_version")
-        return self._touch(
-            task_id, expect_version, progress, heartbeat_at, lease_owner, lease_until
-        )
-
-    def _touch(
-        self,
-        task_id: str,
-        fence: int | str,
-        progress: Progress | None,
-        heartbeat_at: datetime | None,
-        lease_owner: str | None,
-        lease_until: datetime | None,
-    ) -> bool:
-        check.check_touch(task_id, progress, heartbeat_at, lease_owner, lease_until)
-        columns = touch_columns(progress, heartbeat_at, lease_owner, lease_until)
-        if not columns and fence == "":
-            self._check_open()
-            return True
-        writes, deletes = hash_changes(columns, TASK_FIELDS)
-        args = [fence, len(deletes), *deletes, *writes]
-        reply = self._run("touch", [self.keys.task(task_id)], args)
-        return replies.applied(replies.Call("touch"), reply)
+        changes = (progress, heartbeat_at, lease_owner, lease_until)
+        return self._perform(worker_ops.touch_fenced(self.keys, task_id, expect_version, changes))
 
     # -- control commands ------------------------------------------------------------------
 
@@ -270,49 +230,25 @@ class RedisTaskStore(RedisExtensions):
     def claim_commands(
         self, *, now: datetime, lease_seconds: float, limit: int = 50
     ) -> list[Command]:
-        until = encode_dt(check.check_claim(now, lease_seconds, limit))
-        k = self.keys
-        memo_ms = max(1000, math.ceil(lease_seconds * 1000))
-        memo = k.claim_memo(token())
-        keys = [k.command_queue, k.command_leases, memo, k.root, k.audit]
-        args = [encode_dt(now), until, limit, memo_ms, self._audit_flag, self.audit_owner]
-        reply = self._run("claim_commands", keys, args)
-        ids = [_text(reply[i]) for i in range(1, len(reply), 2)]
-        try:
-            return [self._decode_command(ids[j], pairs(reply[2 + 2 * j])) for j in range(len(ids))]
-        except CorruptRecord:
-            # The script checks every field it can; a payload is msgpack, which Lua cannot
-            # check on every server. Undo the batch so that nothing stays leased, then report.
-            for command_id in ids:
-                args = [command_id, self._audit_flag, encode_dt(now), self.audit_owner]
-                self._command_script("release_command", command_id, args)
-            self._read(memo, lambda c: c.delete(memo))
-            raise
+        plan = worker_ops.claim_commands(self.keys, now, lease_seconds, limit, self._audit())
+        return self._perform(plan)
 
     def complete_command(
         self, command_id: str, *, now: datetime, outcome: str | None = None
     ) -> None:
-        check.check_complete(command_id, now, outcome)
-        args = [command_id, encode_dt(now), "0" if outcome is None else "1", outcome or ""]
-        args += [self._audit_flag, self.audit_owner]
-        self._command_script("complete_command", command_id, args)
+        plan = worker_ops.complete_command(self.keys, command_id, now, outcome, self._audit())
+        self._perform(plan)
 
     def release_command(self, command_id: str, *, now: datetime) -> None:
-        check.check_release(command_id, now)
-        args = [command_id, self._audit_flag, encode_dt(now), self.audit_owner]
-        self._command_script("release_command", command_id, args)
+        self._perform(worker_ops.release_command(self.keys, command_id, now, self._audit()))
+
+    def _audit(self) -> worker_ops.Audit:
+        return worker_ops.Audit(self._audit_flag, self.audit_owner)
 
     # -- operations ------------------------------------------------------------------------
 
     def prune(self, *, keep_terminal: int) -> int:
-        keep = check.check_keep_terminal(keep_terminal)
-        dropped = 0
-        while True:
-            reply = self._run("prune", [self.keys.root, self.keys.counts], [keep, PRUNE_BATCH])
-            batch, still_to_drop = int(reply[1]), int(reply[2])
-            dropped += batch
-            if still_to_drop <= 0 or batch == 0:
-                return dropped
+        return self._perform(worker_ops.prune(self.keys, keep_terminal, batch=PRUNE_BATCH))
 
     def close(self) -> None:
         if self._closed:
@@ -321,30 +257,20 @@ class RedisTaskStore(RedisExtensions):
         if self._owns_client:
             self._client.close()
 
-    # -- script calls and replies ----------------------------------------------------------
+    # -- I/O: the requests of a plan (``_redis.driver``) -----------------------------------
 
     def _perform(self, plan: ops.Plan[T]) -> T:
         """Run an operation of ``_redis.ops`` with this store's I/O (see its docstring)."""
-        reply: Any = None
-        requested = False
-        while True:
-            try:
-                request = plan.send(reply)
-            except StopIteration as done:
-                if not requested:
-                    self._check_open()
-                return done.value  # type: ignore[no-any-return]
-            requested = True
-            reply = self._request(request)
+        run = driver.Run(plan, self._check_open)
+        request = run.start()
+        while request is not None:
+            request = run.send(self._request(request))
+        return run.result
 
     def _request(self, request: ops.Request) -> Any:
-        if isinstance(request, ops.Read) and self._cluster:
-            read = partial(self._cluster.read, self.wait_rule, request.method, request.args)
-            return self._read(request.key, lambda c: read())
-        if isinstance(request, ops.Read):
-            call = partial(durability.write_or_read, self.wait_rule, request.method, request.args)
-            return self._read(request.key, call)
-        return replies.check(request.call, self._eval(request.name, request.keys, request.args))
+        if isinstance(request, ops.Script):
+            return self._run(request.name, request.keys, request.args, **request.about)
+        return self._read(request)
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any) -> list[Any]:
         """One script call; a failure code becomes its exception (``_redis.replies.REPLIES``),
@@ -353,53 +279,46 @@ class RedisTaskStore(RedisExtensions):
 
     def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
         """One script call, its reply as the script gave it (the code made ``str``)."""
-        self._check_open()
-        script = self._scripts[name]
         with ops.errors():
-            if self._cluster is not None:
-                rule = None if name in READ_ONLY_SCRIPTS else self.wait_rule
-                reply = self._cluster.eval(script, keys, args, rule)
-            elif name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
-                reply = self._evalsha_ro(script, keys, args)
-            elif self.wait_rule is not None and name not in READ_ONLY_SCRIPTS:
-                reply = self.wait_rule.evalsha(self._client, script, list(keys), list(args))
-            else:
-                reply = script(keys=list(keys), args=list(args))
-        reply[0] = _text(reply[0])
-        return reply  # type: ignore[no-any-return]
+            script = self._script(name)
+            reply = self._sender(name)(script, list(keys), list(args))
+        return driver.coded(reply)
 
-    def _evalsha_ro(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def _read(self, request: ops.Read | ops.Transaction) -> Any:
+        """A plain command (one that writes waits for replicas: ``_redis.durability``) or a
+        transaction; on Redis Cluster sent again while the slot migrates (TRYAGAIN)."""
+        call: Callable[[], Any]
+        if isinstance(request, ops.Transaction):
+            call = partial(driver.transaction, self._client, request)
+        elif self._cluster is not None:
+            call = partial(self._cluster.read, self.wait_rule, request.method, request.args)
+        else:
+            call = partial(durability.write_or_read, self.wait_rule, request.method,
+                           request.args, self._client)  # fmt: skip
+        with ops.errors(request.key):
+            return call() if self._cluster is None else self._cluster.call(call)
+
+    def _script(self, name: str) -> Script:
+        return self._scripts[name]
+
+    def _evalsha_ro(self, script: Script, keys: list[Any], args: list[Any]) -> Any:
         try:
             return self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:
             script.sha = self._client.script_load(script.script)
             return self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
 
-    def _command_script(self, name: str, command_id: str, args: list[Any]) -> None:
-        k = self.keys
-        keys = [k.command(command_id), k.command_queue, k.command_leases, k.audit]
-        self._run(name, keys, args, command_id=command_id)
+    def _evalsha_waiting(
+        self, rule: durability.WaitForReplicas, script: Script, keys: list[Any], args: list[Any]
+    ) -> Any:
+        return rule.evalsha(self._client, script, keys, args)
 
-    def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T:
-        self._check_open()
-        with ops.errors(key):
-            if self._cluster is not None:  # again while the slot migrates (TRYAGAIN)
-                return self._cluster.call(lambda: call(self._client))
-            return call(self._client)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosed()
-
-    # -- encoding (``_redis.ops``) ---------------------------------------------------------
+    # -- encoding (``_redis.rows``: what the plans use, for a caller that sends raw scripts) --
 
     def _task_args(
         self, row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
     ) -> list[Any]:
-        return ops.task_args(row, expect, with_lease=with_lease, counted=counted)
-
-    def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
-        return ops.decode_task(self.keys, task_id, fields)
+        return task_args(row, expect, with_lease=with_lease, counted=counted)
 
     def _decode_command(self, command_id: str, fields: dict[bytes, bytes]) -> Command:
-        return ops.decode_command(self.keys, command_id, fields)
+        return decode_command(self.keys, command_id, fields)

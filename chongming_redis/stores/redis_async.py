@@ -3,9 +3,10 @@
 The subset ``AsyncClient`` uses — ``get``, ``query``, ``counts``, ``history``,
 ``commit_tasks``, ``submit_command``, ``get_command``, ``recorded_num_buckets``,
 ``server_time`` and the nudges — each an ``await``-able call with the same arguments, checks,
-replies and exceptions as ``RedisTaskStore``'s: both drive the same operations of
-``_redis.ops`` (which build the requests and decode the replies) with their own I/O, and run
-the same Lua scripts. It never claims commands or starts tasks.
+replies and exceptions as ``RedisTaskStore``'s: both drive the same plans of ``_redis.ops``
+(which build the requests and decode the replies) by the same rules (``_redis.driver``, their
+common base), each with its own I/O, and run the same Lua scripts. It never claims commands or
+starts tasks.
 
 The connection is made at the first call (``from_url`` does no I/O); the first script call
 also asks the server whether it understands script flags (Redis >= 7: read-only scripts go
@@ -16,26 +17,23 @@ settings: the workers' stores warn about those.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.retry import Retry
 from redis.commands.core import AsyncScript
 
-from chongming_redis.errors import StoreClosed, StoreError
+from chongming_redis.errors import StoreError
 from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores._redis import ops, replies
+from chongming_redis.stores._redis import driver, ops, replies
 from chongming_redis.stores._redis.cluster_async import AsyncClusterCalls, connect_cluster_async
-from chongming_redis.stores._redis.connect import client_from_url
-from chongming_redis.stores._redis.durability import barrier, wait_rule
-from chongming_redis.stores._redis.keys import Keys
-from chongming_redis.stores._redis.replies import text
-from chongming_redis.stores._redis.scripts import READ_ONLY_SCRIPTS, script_text
-from chongming_redis.stores._redis.sentinel import async_sentinel_client, is_sentinel_url
+from chongming_redis.stores._redis.connect import connect_async
+from chongming_redis.stores._redis.durability import WaitForReplicas
+from chongming_redis.stores._redis.scripts import script_text
 from chongming_redis.stores._redis.server import hello_supports_flags
 
 __all__ = ["AsyncRedisStore"]
@@ -45,7 +43,7 @@ log = logging.getLogger("chongming_redis.store")
 T = TypeVar("T")
 
 
-class AsyncRedisStore:
+class AsyncRedisStore(driver.Driver[AsyncClusterCalls]):
     """The producer's calls of ``RedisTaskStore`` on one Redis database, isolated by
     ``namespace``, for asyncio. ``client`` must be a ``redis.asyncio.Redis`` created with
     ``decode_responses=False``; ``from_url`` makes one with bounded timeouts and retries."""
@@ -59,22 +57,14 @@ class AsyncRedisStore:
         durability_replicas: int = 0,
         durability_timeout: float | None = None,
     ) -> None:
-        kwargs = client.get_connection_kwargs()
-        if kwargs.get("decode_responses"):
+        if client.get_connection_kwargs().get("decode_responses"):
             raise ValueError("AsyncRedisStore needs a client with decode_responses=False")
-        self.keys = Keys(namespace)
-        #: On Redis Cluster: the calls routed to the namespace's slot (``_redis.cluster_async``).
-        self._cluster = AsyncClusterCalls.of(client, self.keys.root)
-        #: ``durability_replicas``: writes wait for replicas, as ``RedisTaskStore``'s
-        #: (``_redis.durability``; not checked at open: the first write says it).
-        self.wait_rule = wait_rule(durability_replicas, durability_timeout,
-                                   kwargs.get("socket_timeout"),
-                                   barrier(self.keys, cluster=bool(self._cluster)))  # fmt: skip
+        # durability_replicas: not checked at open, unlike RedisTaskStore's (the first write
+        # says it); legacy_scripts: asked at the first script call.
+        super().__init__(client, AsyncClusterCalls.of, namespace=namespace,
+                         owns_client=owns_client, durability_replicas=durability_replicas,
+                         durability_timeout=durability_timeout)  # fmt: skip
         self._client: redis.asyncio.Redis = client  # type: ignore[assignment]
-        self._owns_client = owns_client
-        self._closed = False
-        #: Whether the server predates script flags (``None``: not asked yet).
-        self.legacy_scripts: bool | None = None
         self._scripts: dict[str, AsyncScript] = {}
 
     @classmethod
@@ -96,27 +86,17 @@ class AsyncRedisStore:
         ``StoreUnavailable`` after at most about ``(retries + 1) * (socket_timeout +
         socket_connect_timeout)`` seconds. ``durability_replicas``: as ``RedisTaskStore``'s.
         ``cluster=True``: ``url`` names a node of a Redis Cluster (``_redis.cluster_async``)."""
-        Keys(namespace)  # refuse a bad namespace before anything else
-        if cluster:
-            made = connect_cluster_async(url, socket_timeout=socket_timeout, retries=retries,
-                                         socket_connect_timeout=socket_connect_timeout,
-                                         **options)  # fmt: skip
-            store = cls(made, namespace=namespace, owns_client=True,
-                        durability_replicas=durability_replicas,
-                        durability_timeout=durability_timeout)  # fmt: skip
-            store._cluster.url = url  # type: ignore[union-attr]  # for its connection errors
-            return store
-        make = async_sentinel_client if is_sentinel_url(url) else redis.asyncio.Redis.from_url
-        client = client_from_url(make, url, Retry, socket_timeout=socket_timeout, retries=retries,
-                                 socket_connect_timeout=socket_connect_timeout,
-                                 **options)  # fmt: skip
-        return cls(client, namespace=namespace, owns_client=True,
-                   durability_replicas=durability_replicas,
-                   durability_timeout=durability_timeout)  # fmt: skip
-
-    @property
-    def namespace(self) -> str:
-        return self.keys.namespace
+        driver.check_before_connecting(namespace, durability_replicas, durability_timeout,
+                                       socket_timeout)  # fmt: skip
+        make = connect_cluster_async if cluster else connect_async
+        client = make(url, socket_timeout=socket_timeout, retries=retries,
+                      socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
+        store = cls(client, namespace=namespace, owns_client=True,
+                    durability_replicas=durability_replicas,
+                    durability_timeout=durability_timeout)  # fmt: skip
+        if store._cluster is not None:
+            store._cluster.url = url  # for its connection errors
+        return store
 
     @property
     def client(self) -> redis.asyncio.Redis:
@@ -174,61 +154,47 @@ class AsyncRedisStore:
         if self._owns_client:
             await self._client.aclose()
 
-    # -- I/O -----------------------------------------------------------------------------------
+    # -- I/O: the requests of a plan (``_redis.driver``; ``RedisTaskStore``'s, awaited) -----
 
     async def _perform(self, plan: ops.Plan[T]) -> T:
         """Run an operation of ``_redis.ops`` with this store's I/O (see its docstring)."""
-        reply: Any = None
-        requested = False
-        while True:
-            try:
-                request = plan.send(reply)
-            except StopIteration as done:
-                if not requested:
-                    self._check_open()
-                return done.value  # type: ignore[no-any-return]
-            requested = True
-            reply = await self._request(request)
+        run = driver.Run(plan, self._check_open)
+        request = run.start()
+        while request is not None:
+            request = run.send(await self._request(request))
+        return run.result
 
     async def _request(self, request: ops.Request) -> Any:
-        self._check_open()
-        if isinstance(request, ops.Read):
-            with ops.errors(request.key):
-                return await self._read(request)
-        return replies.check(request.call, await self._eval(request))
+        if isinstance(request, ops.Script):
+            return await self._run(request.name, request.keys, request.args, **request.about)
+        return await self._read(request)
 
-    async def _read(self, request: ops.Read) -> Any:
-        def call() -> Any:
-            return getattr(self._client, request.method)(*request.args)
+    async def _run(
+        self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any
+    ) -> list[Any]:
+        return replies.check(replies.Call(name, **about), await self._eval(name, keys, args))
 
-        if self._cluster is None:
-            return await call()
-        if request.method == "time":  # the slot master's clock
-            return await self._cluster.time()
-        return await self._cluster.call(call)
-
-    async def _eval(self, request: ops.Script) -> list[Any]:
-        keys, args = request.keys, request.args
+    async def _eval(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
         with ops.errors():
-            script = await self._script(request.name)
-            if self._cluster is not None:
-                rule = None if request.name in READ_ONLY_SCRIPTS else self.wait_rule
-                reply = await self._cluster.eval(script, keys, args, rule)
-            elif request.name in READ_ONLY_SCRIPTS and not self.legacy_scripts:
-                reply = await self._evalsha_ro(script, keys, args)
-            elif self.wait_rule is not None and request.name not in READ_ONLY_SCRIPTS:
-                reply = await self.wait_rule.evalsha_async(self._client, script, keys, args)
-            else:
-                reply = await script(keys=keys, args=args)
-        reply[0] = text(reply[0])
-        return reply  # type: ignore[no-any-return]
+            script = await self._script(name)
+            reply = await self._sender(name)(script, list(keys), list(args))
+        return driver.coded(reply)
 
-    async def _evalsha_ro(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return await self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            script.sha = await self._client.script_load(script.script)
-            return await self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
+    async def _read(self, request: ops.Read | ops.Transaction) -> Any:
+        """A plain command or a transaction; on Redis Cluster ``TIME`` of the slot's master,
+        anything else sent again while the slot migrates. (The plans this store drives make
+        no writing read: ``_redis.durability.WRITING_READS``.)"""
+        call: Callable[[], Awaitable[Any]]
+        if isinstance(request, ops.Transaction):
+            call = partial(driver.transaction, self._client, request)
+        else:
+            call = partial(getattr(self._client, request.method), *request.args)
+        with ops.errors(request.key):
+            if self._cluster is None:
+                return await call()
+            if isinstance(request, ops.Read) and request.method == "time":
+                return await self._cluster.time()  # the slot master's clock
+            return await self._cluster.call(call)
 
     async def _script(self, name: str) -> AsyncScript:
         """The registered script (registered once, after asking the server for flags)."""
@@ -239,6 +205,18 @@ class AsyncRedisStore:
             text_ = script_text(name, legacy=self.legacy_scripts)
             script = self._scripts[name] = self._client.register_script(text_)
         return script
+
+    async def _evalsha_ro(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        try:
+            return await self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            script.sha = await self._client.script_load(script.script)
+            return await self._client.evalsha_ro(script.sha, len(keys), *keys, *args)
+
+    async def _evalsha_waiting(
+        self, rule: WaitForReplicas, script: AsyncScript, keys: list[Any], args: list[Any]
+    ) -> Any:
+        return await rule.evalsha_async(self._client, script, keys, args)
 
     async def _supports_script_flags(self) -> bool:
         """As ``_redis.server.supports_script_flags``: Redis >= 7 (fakeredis is not asked)."""
@@ -251,7 +229,3 @@ class AsyncRedisStore:
         except redis.exceptions.ResponseError:
             return False
         return hello_supports_flags(hello)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreClosed()

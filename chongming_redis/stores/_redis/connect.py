@@ -1,6 +1,6 @@
-"""redis-py's client for a store URL, with bounded timeouts and retries: ``redis://``,
-``rediss://`` and ``unix://`` through ``redis.Redis.from_url``, ``redis+sentinel://`` through
-Sentinel (``_redis.sentinel``)."""
+"""redis-py's client for a store URL, sync or asyncio, with bounded timeouts and retries:
+``redis://``, ``rediss://`` and ``unix://`` through ``Redis.from_url``, ``redis+sentinel://``
+through Sentinel (``_redis.sentinel``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
+import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from chongming_redis.stores._redis.sentinel import is_sentinel_url, sentinel_client
+from chongming_redis.stores._redis.sentinel import (
+    async_sentinel_client,
+    is_sentinel_url,
+    sentinel_client,
+)
 
 T = TypeVar("T")
 
@@ -24,6 +29,15 @@ def connect(
     Each command is retried ``retries`` times with backoff; ``ValueError`` for a bad URL."""
     make = sentinel_client if is_sentinel_url(url) else redis.Redis.from_url
     return client_from_url(make, url, Retry, socket_timeout=socket_timeout, retries=retries,
+                           socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
+
+
+def connect_async(
+    url: str, *, socket_timeout: float, socket_connect_timeout: float, retries: int, **options: Any
+) -> redis.asyncio.Redis:
+    """``connect`` on ``redis.asyncio`` (it connects at the first command)."""
+    make = async_sentinel_client if is_sentinel_url(url) else redis.asyncio.Redis.from_url
+    return client_from_url(make, url, AsyncRetry, socket_timeout=socket_timeout, retries=retries,
                            socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
 
 

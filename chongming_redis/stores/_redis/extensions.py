@@ -2,19 +2,19 @@
 runtime's named extensions (``stores/extensions.py``: batched starts and commits, the server
 clock, per-bucket counts, the bucket pool, the nudge channel), what a dashboard reads (the
 commands of a task, the command backlog, the workers' last beats) and the change feed — each
-one script or one round trip. A mixin: ``RedisTaskStore`` provides the script calls and
-decoders it uses (``query_page`` lives beside ``query`` there)."""
+one script or one round trip. A base of ``RedisTaskStore`` (on ``_redis.driver.Driver``): each
+method drives a plan (``_redis.worker_ops``, ``_redis.dashboard_ops``, ``_redis.ops``) through
+``RedisTaskStore._perform`` (``query_page`` lives beside ``query`` there)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import redis
 
-from chongming_redis.errors import CorruptRecord, StoreError
+from chongming_redis.errors import StoreError
 from chongming_redis.model import (
     ChangePage,
     Command,
@@ -22,36 +22,21 @@ from chongming_redis.model import (
     FeedStats,
     TaskSnapshot,
     TaskStatus,
-    Tombstone,
     Transition,
 )
-from chongming_redis.stores import _checks as check
-from chongming_redis.stores._feed import check_page_limit, decode_tombstone, page_of, parse_cursor
-from chongming_redis.stores._redis import ops
-from chongming_redis.stores._redis.keys import Keys
-from chongming_redis.stores._redis.replies import text as _text
-from chongming_redis.stores._redis.rows import pairs, token
-from chongming_redis.stores.codec import decode_dt, encode_dt
+from chongming_redis.stores._redis import dashboard_ops, ops, worker_ops
+from chongming_redis.stores._redis.cluster import ClusterCalls
+from chongming_redis.stores._redis.driver import Driver
 
 T = TypeVar("T")
 
 
-class RedisExtensions:
-    keys: Keys
+class RedisExtensions(Driver[ClusterCalls]):
     _client: redis.Redis
 
     if TYPE_CHECKING:  # provided by RedisTaskStore
 
-        @property
-        def namespace(self) -> str: ...
-        def counts(self) -> dict[TaskStatus, int]: ...
-        def _run(
-            self, name: str, keys: Sequence[str], args: Sequence[Any], **about: Any
-        ) -> list[Any]: ...
-        def _read(self, key: str, call: Callable[[redis.Redis], T]) -> T: ...
-        def _check_open(self) -> None: ...
         def _perform(self, plan: ops.Plan[T]) -> T: ...
-        def _decode_task(self, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot: ...
 
     # -- batched starts and commits (one round trip each) -----------------------------------
 
@@ -69,16 +54,9 @@ class RedisExtensions:
         passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
         heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
         the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
-        wanted, names = check.check_start(owner, now, lease_until, buckets, limit, names)
-        memo = token()
-        memo_ms = max(1000, math.ceil((lease_until - now).total_seconds() * 1000))
-        keys = [self.keys.root, self.keys.start_memo(memo)]
-        args = [owner, encode_dt(now), encode_dt(lease_until), limit, memo, memo_ms,
-                len(wanted), *wanted, len(names), *names]  # fmt: skip
-        reply = self._run("start_tasks", keys, args)
-        return [
-            self._decode_task(_text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply), 2)
-        ]
+        return self._perform(
+            worker_ops.start_tasks(self.keys, owner, now, lease_until, buckets, limit, names)
+        )
 
     def commit_tasks(
         self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
@@ -98,15 +76,7 @@ class RedisExtensions:
 
     def bucket_counts(self) -> dict[int, dict[TaskStatus, int]]:
         """``{bucket: {status: n}}`` from the counters, without reading any task."""
-        key = self.keys.counts
-        raw = self._read(key, lambda c: c.hgetall(key))
-        result: dict[int, dict[TaskStatus, int]] = {}
-        for field, value in raw.items():
-            status, _, bucket = _text(field).partition(":")
-            if bucket:
-                per = result.setdefault(int(bucket), dict.fromkeys(TaskStatus, 0))
-                per[TaskStatus(status)] = int(value)
-        return result
+        return self._perform(dashboard_ops.bucket_counts(self.keys))
 
     def pool_tick(
         self,
@@ -121,15 +91,9 @@ class RedisExtensions:
         """One worker's heartbeat and bucket leases in one step (``lua/pool_tick.lua``).
         Returns ``(buckets this worker now holds, live workers)``; raises ``StoreError`` when
         the namespace recorded another ``num_buckets``."""
-        k = self.keys
-        keys = [k.workers, k.bucket_owner, k.bucket_until, k.meta, k.worker_beats]
-        now_ms = encode_dt(now) // 1000
-        args = [worker, now_ms, max(1, round(lease_seconds * 1000)), num_buckets,
-                "1" if leaving else "0", len(wanted), *wanted]  # fmt: skip
-        reply = self._run(
-            "pool_tick", keys, args, namespace=self.namespace, num_buckets=num_buckets
-        )
-        return [int(b) for b in reply[1]], [_text(w) for w in reply[2]]
+        plan = worker_ops.pool_tick(self.keys, self.namespace, worker, now, lease_seconds,
+                                    num_buckets, wanted, leaving)  # fmt: skip
+        return self._perform(plan)
 
     def recorded_num_buckets(self) -> int | None:
         """``RecordedBucketsStore``: the ``num_buckets`` the first worker recorded."""
@@ -145,62 +109,25 @@ class RedisExtensions:
 
     def pool_state(self) -> tuple[dict[str, datetime], dict[int, str]]:
         """``({worker: heartbeat expiry}, {bucket: owner})`` as the pool last wrote them."""
-        k = self.keys
-        workers: list[tuple[bytes, float]] = self._read(
-            k.workers,
-            lambda c: c.zrange(k.workers, 0, -1, withscores=True),  # type: ignore[arg-type,return-value]
-        )
-        owners: dict[bytes, bytes] = self._read(
-            k.bucket_owner,
-            lambda c: c.hgetall(k.bucket_owner),  # type: ignore[arg-type,return-value]
-        )
-        return (
-            {_text(w): decode_dt(int(score) * 1000) for w, score in workers},
-            {int(b): _text(w) for b, w in owners.items()},
-        )
+        return self._perform(dashboard_ops.pool_state(self.keys))
 
     def worker_beats(self) -> dict[str, datetime]:
         """``WorkerBeatsStore``: ``{worker: the now of its last pool_tick}`` (ms precision),
         one ``HGETALL``. ``pool_tick.lua`` writes it with ``{ns}:workers`` in the same step, so
         it lists the workers ``pool_state`` lists."""
-        key = self.keys.worker_beats
-        raw: dict[bytes, bytes] = self._read(key, lambda c: c.hgetall(key))  # type: ignore[arg-type,return-value]
-        beats: dict[str, datetime] = {}
-        for worker, value in raw.items():
-            try:
-                beats[_text(worker, key)] = decode_dt(int(value) * 1000)
-            except ValueError:
-                raise CorruptRecord(key, _text(worker), f"{value!r} is not a time") from None
-        return beats
+        return self._perform(dashboard_ops.worker_beats(self.keys))
 
     # -- what a dashboard reads of the commands --------------------------------------------
 
     def task_commands(self, task_id: str, *, limit: int = 100) -> list[Command]:
         """``CommandInspectingStore``: the task's newest ``limit`` commands, oldest first, in
         one read-only script (``lua/task_commands.lua``) over ``{ns}:tc:<id>``."""
-        newest = check.check_task_commands(task_id, limit)
-        keys = [self.keys.task_commands(task_id), self.keys.root]
-        reply = self._run("task_commands", keys, [newest])
-        return [
-            ops.decode_command(self.keys, _text(reply[i]), pairs(reply[i + 1]))
-            for i in range(1, len(reply), 2)
-        ]
+        return self._perform(dashboard_ops.task_commands(self.keys, task_id, limit))
 
     def command_backlog(self) -> CommandBacklog:
         """``CommandInspectingStore``: ``ZCARD cq``, ``ZCARD cl`` and the oldest entry of
         ``cq``, in one ``MULTI``/``EXEC`` (one round trip, one consistent moment)."""
-        k = self.keys
-        replies = self._read(k.command_queue, lambda c: _backlog_reads(c, k))
-        for key, result in zip((k.command_queue, k.command_leases, k.command_queue), replies):
-            if isinstance(result, Exception):  # WRONGTYPE: a corrupt record naming its key
-                with ops.errors(key):
-                    raise result
-        unclaimed, leased, oldest = replies
-        try:
-            first = decode_dt(int(oldest[0][1])) if oldest else None
-        except ValueError as exc:
-            raise CorruptRecord(k.command_queue, None, f"score: {exc}") from None
-        return CommandBacklog(int(unclaimed), int(leased), first)
+        return self._perform(dashboard_ops.command_backlog(self.keys))
 
     # -- clean-up (not TaskStore) ----------------------------------------------------------
 
@@ -235,34 +162,8 @@ class RedisExtensions:
 
     def changes(self, after: str = "0", limit: int = 256) -> ChangePage:
         """One page of the change feed (``ChangeFeed.changes``; ``lua/changes.lua``)."""
-        position, size = parse_cursor(after), check_page_limit(limit)
-        keys = [self.keys.root, self.keys.feed]
-        reply = self._run("changes", keys, [position, size], after=position)
-        items: list[TaskSnapshot | Tombstone] = []
-        for i in range(2, len(reply), 3):
-            value: bytes = reply[i + 1]
-            if value[:1] == b"t":
-                items.append(self._decode_task(_text(value[1:]), pairs(reply[i + 2])))
-            else:
-                chunk = self.keys.feed_chunk(int(reply[i]) // 128)
-                items.append(decode_tombstone(value[1:], chunk))
-        last = int(reply[len(reply) - 3]) if items else None
-        return page_of(items, last, position)
+        return self._perform(dashboard_ops.changes(self.keys, after, limit))
 
     def feed_stats(self) -> FeedStats:
         """The feed's head, size (live tasks + tombstones) and tombstone count."""
-        key = self.keys.feed
-        head, tombs = self._read(key, lambda c: c.hmget(key, "head", "tombs"))
-        tasks = sum(self.counts().values())
-        tombstones = int(tombs or 0)
-        return FeedStats(int(head or 0), tasks + tombstones, tombstones)
-
-
-def _backlog_reads(client: redis.Redis, k: Keys) -> list[Any]:
-    """The three reads of ``command_backlog`` as one transaction; a failed read (a key of the
-    wrong type) comes back as its exception, in its place."""
-    pipe = client.pipeline(transaction=True)
-    pipe.zcard(k.command_queue)
-    pipe.zcard(k.command_leases)
-    pipe.zrange(k.command_queue, 0, 0, withscores=True)
-    return pipe.execute(raise_on_error=False)
+        return self._perform(dashboard_ops.feed_stats(self.keys))

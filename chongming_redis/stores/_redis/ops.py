@@ -1,28 +1,31 @@
-"""The Redis operations a producer needs, without I/O: what ``RedisTaskStore`` (redis-py) and
-``AsyncRedisStore`` (``redis.asyncio``) both do, written once.
+"""The plans of the Redis store's operations, without I/O: what a plan may ask for (``Script``,
+``Read``, ``Transaction``), how redis-py's errors become the store's (``errors``), and the
+producer's operations, which ``RedisTaskStore`` (redis-py) and ``AsyncRedisStore``
+(``redis.asyncio``) both drive. The worker's operations are ``_redis.worker_ops``, the reads of
+dashboards and feed readers ``_redis.dashboard_ops``: plans of the same kind.
 
 Each operation is a *plan*: a generator that checks its arguments, yields the requests it
-needs (a ``Script`` call or a plain ``Read``), is sent each reply, and returns the decoded
-answer. A store drives a plan with its own I/O::
+needs (a ``Script`` call, a plain ``Read``, or reads in one ``Transaction``), is sent each
+reply, and returns the decoded answer. A store drives a plan with its own I/O::
 
     plan = get_task(keys, "t1")     # nothing has run yet
     request = plan.send(None)       # the argument checks run here, before any I/O
     plan.send(reply)                # StopIteration: the snapshot (or CorruptRecord)
 
-What a driver adds is the same in both stores: before every request it checks that the store
-is open, and once at the end of a plan that made no request (a ``query`` with ``limit=0``), so
-an argument error comes before ``StoreClosed``; a ``Script`` reply goes through
-``_redis.replies.check`` (its code becomes the exception of ``_redis.replies.REPLIES``); redis-py's
-exceptions become the store's through ``errors``; a ``Read`` calls the redis-py method it
-names (the same name on both clients, so the same reply parsing).
+What a driver adds is the same in both stores (``_redis.driver``): before every request it
+checks that the store is open, and once at the end of a plan that made no request (a ``query``
+with ``limit=0``), so an argument error comes before ``StoreClosed``; a ``Script`` reply goes
+through ``_redis.replies.check`` (its code becomes the exception of ``_redis.replies.REPLIES``);
+redis-py's exceptions become the store's through ``errors``; a ``Read`` calls the redis-py
+method it names (the same name on both clients, so the same reply parsing).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Generator, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,36 +35,19 @@ from chongming_redis.errors import CorruptRecord, StoreError, StoreUnavailable
 from chongming_redis.model import Command, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._redis import replies
-from chongming_redis.stores._redis.keys import (
-    COMMAND_COLUMNS_BY_FIELD,
-    COMMAND_FIELDS,
-    TASK_COLUMNS_BY_FIELD,
-    TASK_FIELDS,
-    Keys,
-)
+from chongming_redis.stores._redis.keys import COMMAND_FIELDS, Keys
 from chongming_redis.stores._redis.replies import text
 from chongming_redis.stores._redis.rows import (
+    decode_command,
     decode_entry,
+    decode_task,
     encode_entry,
-    fast_snapshot,
-    field_of,
     hash_changes,
     pairs,
-    task_hash_changes,
+    task_args,
     write_token,
 )
-from chongming_redis.stores.codec import (
-    LEASE_COLUMNS,
-    Primitive,
-    Row,
-    RowError,
-    command_to_row,
-    decode_dt,
-    encode_dt,
-    row_to_command,
-    row_to_snapshot,
-    snapshot_to_row,
-)
+from chongming_redis.stores.codec import command_to_row, decode_dt, encode_dt, snapshot_to_row
 from chongming_redis.validation import check_identifier, check_int
 
 T = TypeVar("T")
@@ -78,12 +64,12 @@ _STATUS_FIELDS = [status.value for status in TaskStatus]
 @dataclass(frozen=True)
 class Script:
     """One call of the script ``name`` (``EVALSHA``, or ``EVALSHA_RO`` for a read-only one);
-    ``call`` names what its exceptions report."""
+    ``about`` names what its exceptions report (the fields of ``_redis.replies.Call``)."""
 
     name: str
     keys: list[str]
     args: list[Any]
-    call: replies.Call
+    about: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -96,13 +82,23 @@ class Read:
     args: tuple[Any, ...]
 
 
-Request = Script | Read
+@dataclass(frozen=True)
+class Transaction:
+    """Plain commands in one ``MULTI``/``EXEC`` (one round trip, one consistent moment); the
+    reply is theirs in order, a refused command's as its exception, in its place. ``key``
+    names the transaction's slot."""
+
+    key: str
+    reads: tuple[Read, ...]
+
+
+Request = Script | Read | Transaction
 #: An operation: yields requests, is sent their replies, returns ``T``.
 Plan = Generator[Request, Any, T]
 
 
 def script(name: str, keys: Sequence[str], args: Sequence[Any], **about: Any) -> Script:
-    return Script(name, list(keys), list(args), replies.Call(name, **about))
+    return Script(name, list(keys), list(args), about)
 
 
 @contextmanager
@@ -299,51 +295,3 @@ def task_types(keys: Keys) -> Plan[frozenset[str]]:
 def server_time(keys: Keys) -> Plan[datetime]:
     seconds, micros = yield Read(keys.root, "time", ())
     return decode_dt(int(seconds) * 1_000_000 + int(micros))
-
-
-# -- encoding and decoding ---------------------------------------------------------------------
-
-
-def task_args(
-    row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
-) -> list[Any]:
-    """A task's arguments to create/save/commit_tasks: create writes the whole task, lease
-    included; save never writes the lease. ``counted``: the pairs are preceded by their number
-    (commit_tasks' layout). A create (``expect == ""``) sends no deletions: a new hash has
-    nothing to delete."""
-    skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
-    columns = {c: v for c, v in row.items() if c not in skip}
-    writes, deletes = task_hash_changes(columns, TASK_FIELDS)
-    if expect == "":
-        deletes = []
-    count = [len(writes) // 2] if counted else []
-    return [row["task_id"], write_token(), expect, len(deletes), *deletes, *count, *writes]
-
-
-def decode_task(keys: Keys, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
-    snapshot = fast_snapshot(task_id, fields)
-    if snapshot is not None:
-        return snapshot
-    key = keys.task(task_id)
-    row: dict[str, Primitive] = {"task_id": task_id}
-    for field, value in fields.items():
-        column = TASK_COLUMNS_BY_FIELD.get(text(field, key))
-        if column is not None:
-            row[column] = value
-    try:
-        return row_to_snapshot(row)
-    except RowError as exc:
-        raise CorruptRecord(key, field_of(exc.column, TASK_FIELDS), exc.detail) from None
-
-
-def decode_command(keys: Keys, command_id: str, fields: dict[bytes, bytes]) -> Command:
-    key = keys.command(command_id)
-    row: dict[str, Primitive] = {}
-    for field, value in fields.items():
-        column = COMMAND_COLUMNS_BY_FIELD.get(text(field, key))
-        if column is not None:
-            row[column] = value
-    try:
-        return row_to_command(row)
-    except RowError as exc:
-        raise CorruptRecord(key, field_of(exc.column, COMMAND_FIELDS), exc.detail) from None

@@ -1,24 +1,40 @@
 """How ``RedisTaskStore`` lays rows out in Redis: history entries (msgpack, both statuses in
-one byte), hash field changes, write tokens (``lua/query.lua`` picks the index a query walks)."""
+one byte), hash field changes, write tokens, a task's script arguments, and the task and command
+hashes decoded into records (``lua/query.lua`` picks the index a query walks)."""
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
 from chongming_redis.errors import CorruptRecord
-from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import Command, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stores._redis.keys import (
+    COMMAND_COLUMNS_BY_FIELD,
+    COMMAND_FIELDS,
+    TASK_COLUMNS_BY_FIELD,
+    TASK_FIELDS,
+    Keys,
+)
+from chongming_redis.stores._redis.replies import text
 from chongming_redis.stores.codec import (
+    LEASE_COLUMNS,
+    Primitive,
     Row,
     RowError,
     decode_dt,
     decode_payload,
+    row_to_command,
+    row_to_snapshot,
     row_to_transition,
     transition_to_row,
 )
+
+R = TypeVar("R")
 
 _ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
 
@@ -179,3 +195,56 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
         )
     except Exception:  # KeyError, UnicodeDecodeError, ValueError, msgpack's own types, ...
         return None
+
+
+# -- a task's script arguments; task and command hashes decoded ---------------------------------
+
+
+def task_args(
+    row: Row, expect: int | str, *, with_lease: bool = False, counted: bool = False
+) -> list[Any]:
+    """A task's arguments to create/save/commit_tasks: create writes the whole task, lease
+    included; save never writes the lease. ``counted``: the pairs are preceded by their number
+    (commit_tasks' layout). A create (``expect == ""``) sends no deletions: a new hash has
+    nothing to delete."""
+    skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
+    columns = {c: v for c, v in row.items() if c not in skip}
+    writes, deletes = task_hash_changes(columns, TASK_FIELDS)
+    if expect == "":
+        deletes = []
+    count = [len(writes) // 2] if counted else []
+    return [row["task_id"], write_token(), expect, len(deletes), *deletes, *count, *writes]
+
+
+def decode_task(keys: Keys, task_id: str, fields: dict[bytes, bytes]) -> TaskSnapshot:
+    snapshot = fast_snapshot(task_id, fields)
+    if snapshot is not None:
+        return snapshot
+    return _decode_hash(keys.task(task_id), fields, {"task_id": task_id}, TASK_FIELDS,
+                        TASK_COLUMNS_BY_FIELD, row_to_snapshot)  # fmt: skip
+
+
+def decode_command(keys: Keys, command_id: str, fields: dict[bytes, bytes]) -> Command:
+    return _decode_hash(keys.command(command_id), fields, {}, COMMAND_FIELDS,
+                        COMMAND_COLUMNS_BY_FIELD, row_to_command)  # fmt: skip
+
+
+def _decode_hash(
+    key: str,
+    fields: dict[bytes, bytes],
+    row: dict[str, Primitive],
+    field_names: dict[str, str],
+    columns_by_field: dict[str, str],
+    decode: Callable[[dict[str, Primitive]], R],
+) -> R:
+    """The record of the hash at ``key``: ``row`` with the hash's fields added as columns
+    (a field it does not know is left out), decoded; a column that does not decode is a
+    ``CorruptRecord`` naming its field."""
+    for field, value in fields.items():
+        column = columns_by_field.get(text(field, key))
+        if column is not None:
+            row[column] = value
+    try:
+        return decode(row)
+    except RowError as exc:
+        raise CorruptRecord(key, field_of(exc.column, field_names), exc.detail) from None

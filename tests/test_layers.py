@@ -90,3 +90,30 @@ def test_every_package_folder_is_listed_for_the_wheel() -> None:
     }
     assert on_disk - listed == set()
     assert listed - on_disk == {"chongming_redis.lua", "chongming_redis.lua.lib"}
+
+
+def test_every_asyncio_twin_is_x_async_beside_x_with_classes_named_async_x() -> None:
+    """One naming rule for twins: ``x_async.py`` sits beside ``x.py``, and each class it
+    defines is ``AsyncX`` for a class ``X`` of ``x.py`` (``AsyncClient`` of ``Client``)."""
+    twins = sorted((ROOT / "chongming_redis").rglob("*_async.py"))
+    assert twins, "no twins found"
+    mismatched = {}
+    for twin in twins:
+        sync = twin.with_name(twin.name.removesuffix("_async.py") + ".py")
+        assert sync.is_file(), f"{twin.relative_to(ROOT)} has no sync module beside it"
+        sync_classes = _classes(sync)
+        for name in _classes(twin):
+            if not (name.startswith("Async") and name.removeprefix("Async") in sync_classes):
+                mismatched.setdefault(str(twin.relative_to(ROOT)), []).append(name)
+    assert mismatched == {}
+
+
+def _classes(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text("utf-8"))
+    return {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def test_the_async_store_keeps_its_name_from_before_the_twin_rule() -> None:
+    from chongming_redis.stores.redis_async import AsyncRedisStore, AsyncRedisTaskStore
+
+    assert AsyncRedisStore is AsyncRedisTaskStore

@@ -45,7 +45,7 @@ from chongming_redis.model import CommandKind, TaskQuery, TaskSnapshot, TaskStat
 from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.clock import AsyncServerClock
 from chongming_redis.runtime.notify import WORK
-from chongming_redis.stores.redis_async import AsyncRedisStore
+from chongming_redis.stores.redis_async import AsyncRedisTaskStore
 from chongming_redis.validation import check_identifier
 
 __all__ = [
@@ -100,20 +100,20 @@ class AsyncTaskHandle:
 class AsyncClient(ClientFlows):
     """``Client`` for asyncio: see the module docstring, and ``Client`` for each call."""
 
-    store: AsyncRedisStore
+    store: AsyncRedisTaskStore
 
     def __init__(
         self,
-        store: AsyncRedisStore,
+        store: AsyncRedisTaskStore,
         *,
         app: App | None = None,
         num_buckets: int | None = None,
         name: str | None = None,
         owns_store: bool = False,
     ) -> None:
-        """As ``Client``, on an ``AsyncRedisStore``."""
-        if not isinstance(store, AsyncRedisStore):
-            raise TypeError(f"store must be an AsyncRedisStore, not {type(store).__name__}")
+        """As ``Client``, on an ``AsyncRedisTaskStore``."""
+        if not isinstance(store, AsyncRedisTaskStore):
+            raise TypeError(f"store must be an AsyncRedisTaskStore, not {type(store).__name__}")
         self.store = store
         super().__init__(app=app, num_buckets=num_buckets, name=name)
         self.clock = AsyncServerClock(store)
@@ -131,8 +131,8 @@ class AsyncClient(ClientFlows):
         **store_options: Any,
     ) -> AsyncClient:
         """A client on the Redis at ``url``, connected at its first call; ``store_options``
-        go to ``AsyncRedisStore.from_url`` (timeouts, retries)."""
-        store = AsyncRedisStore.from_url(url, namespace=namespace, **store_options)
+        go to ``AsyncRedisTaskStore.from_url`` (timeouts, retries)."""
+        store = AsyncRedisTaskStore.from_url(url, namespace=namespace, **store_options)
         return cls(store, app=app, num_buckets=num_buckets, name=name, owns_store=True)
 
     # -- submitting ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ class TimeSource(Protocol):
 
 class AsyncTimeSource(Protocol):
     def server_time(self) -> Awaitable[datetime | None]:
-        """``TimeSource`` for an asyncio caller (``AsyncRedisStore``)."""
+        """``TimeSource`` for an asyncio caller (``AsyncRedisTaskStore``)."""
         ...
 
 

@@ -6,7 +6,7 @@ the task, its indexes and counters together, so they can never disagree. Reads a
 layout is documented in ``docs/redis-layout.md`` and built in ``_redis/keys.py`` alone. Each
 operation is a plan, built without I/O (``_redis.ops``, ``_redis.worker_ops``,
 ``_redis.dashboard_ops``), that this store drives with redis-py, by the rules it shares with
-``AsyncRedisStore`` (``_redis.driver``).
+``AsyncRedisTaskStore`` (``_redis.driver``).
 
 Retries: redis-py re-sends a command whose connection failed, even if the server ran it (the
 reply was lost, not the command). Each write therefore carries a token the script recognises:

@@ -1,4 +1,4 @@
-"""``AsyncRedisStore``: what a producer needs of the Redis store, on ``redis.asyncio``.
+"""``AsyncRedisTaskStore``: what a producer needs of the Redis store, on ``redis.asyncio``.
 
 The subset ``AsyncClient`` uses — ``get``, ``query``, ``counts``, ``history``,
 ``commit_tasks``, ``submit_command``, ``get_command``, ``recorded_num_buckets``,
@@ -36,14 +36,14 @@ from chongming_redis.stores._redis.durability import WaitForReplicas
 from chongming_redis.stores._redis.scripts import script_text
 from chongming_redis.stores._redis.server import hello_supports_flags
 
-__all__ = ["AsyncRedisStore"]
+__all__ = ["AsyncRedisStore", "AsyncRedisTaskStore"]
 
 log = logging.getLogger("chongming_redis.store")
 
 T = TypeVar("T")
 
 
-class AsyncRedisStore(driver.Driver[AsyncClusterCalls]):
+class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
     """The producer's calls of ``RedisTaskStore`` on one Redis database, isolated by
     ``namespace``, for asyncio. ``client`` must be a ``redis.asyncio.Redis`` created with
     ``decode_responses=False``; ``from_url`` makes one with bounded timeouts and retries."""
@@ -58,7 +58,7 @@ class AsyncRedisStore(driver.Driver[AsyncClusterCalls]):
         durability_timeout: float | None = None,
     ) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
-            raise ValueError("AsyncRedisStore needs a client with decode_responses=False")
+            raise ValueError("AsyncRedisTaskStore needs a client with decode_responses=False")
         # durability_replicas: not checked at open, unlike RedisTaskStore's (the first write
         # says it); legacy_scripts: asked at the first script call.
         super().__init__(client, AsyncClusterCalls.of, namespace=namespace,
@@ -80,7 +80,7 @@ class AsyncRedisStore(driver.Driver[AsyncClusterCalls]):
         durability_timeout: float | None = None,
         cluster: bool = False,
         **options: Any,
-    ) -> AsyncRedisStore:
+    ) -> AsyncRedisTaskStore:
         """A store on ``url`` (``redis://``, ``rediss://``, ``unix://`` or
         ``redis+sentinel://``), connected at its first call. A call fails with
         ``StoreUnavailable`` after at most about ``(retries + 1) * (socket_timeout +
@@ -229,3 +229,7 @@ class AsyncRedisStore(driver.Driver[AsyncClusterCalls]):
         except redis.exceptions.ResponseError:
             return False
         return hello_supports_flags(hello)
+
+
+#: The name before the twin rule (``x_async.py`` holds ``AsyncX``): kept for existing imports.
+AsyncRedisStore = AsyncRedisTaskStore

@@ -1,4 +1,4 @@
-"""``AsyncRedisStore`` on Redis Cluster: ``_redis.cluster``'s calls on ``redis.asyncio``.
+"""``AsyncRedisTaskStore`` on Redis Cluster: ``_redis.cluster``'s calls on ``redis.asyncio``.
 
 The same rules as the sync store's (see ``_redis.cluster``): scripts by ``EVALSHA`` on the
 namespace's slot, loaded where a master lacks them (``NOSCRIPT``); a call refused while the

@@ -1,4 +1,4 @@
-"""Driving a plan, without I/O: what ``RedisTaskStore`` (redis-py) and ``AsyncRedisStore``
+"""Driving a plan, without I/O: what ``RedisTaskStore`` (redis-py) and ``AsyncRedisTaskStore``
 (``redis.asyncio``) share, written once.
 
 A plan (``_redis.ops``) yields requests; the store sends each through its own I/O and sends
@@ -78,7 +78,7 @@ class Driver(Generic[ClusterT]):
     ``cluster_calls`` makes the store's cluster calls of its client (``None``: one server)."""
 
     #: Whether the server predates script flags (then no ``EVALSHA_RO``); ``None``: not asked
-    #: yet (``AsyncRedisStore`` asks at its first script call).
+    #: yet (``AsyncRedisTaskStore`` asks at its first script call).
     legacy_scripts: bool | None
 
     def __init__(
@@ -112,7 +112,7 @@ class Driver(Generic[ClusterT]):
         if self._closed:
             raise StoreClosed()
 
-    if TYPE_CHECKING:  # the store's I/O (coroutine functions on AsyncRedisStore)
+    if TYPE_CHECKING:  # the store's I/O (coroutine functions on AsyncRedisTaskStore)
 
         def _evalsha_ro(self, script: Any, keys: list[Any], args: list[Any]) -> Any: ...
         def _evalsha_waiting(

@@ -141,7 +141,7 @@ class WaitForReplicas:
     async def evalsha_async(
         self, client: redis.asyncio.Redis, script: AsyncScript, keys: list[Any], args: list[Any]
     ) -> Any:
-        """``evalsha`` on ``redis.asyncio`` (``AsyncRedisStore``)."""
+        """``evalsha`` on ``redis.asyncio`` (``AsyncRedisTaskStore``)."""
 
         async def send(commands: list[RawCommand]) -> list[Any]:
             pipe = client.pipeline(transaction=False)

@@ -1,6 +1,6 @@
 """The plans of the Redis store's operations, without I/O: what a plan may ask for (``Script``,
 ``Read``, ``Transaction``), how redis-py's errors become the store's (``errors``), and the
-producer's operations, which ``RedisTaskStore`` (redis-py) and ``AsyncRedisStore``
+producer's operations, which ``RedisTaskStore`` (redis-py) and ``AsyncRedisTaskStore``
 (``redis.asyncio``) both drive. The worker's operations are ``_redis.worker_ops``, the reads of
 dashboards and feed readers ``_redis.dashboard_ops``: plans of the same kind.
 

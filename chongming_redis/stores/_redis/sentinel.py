@@ -111,7 +111,7 @@ def sentinel_client(url: str, **options: Any) -> redis.Redis:
 
 
 def async_sentinel_client(url: str, **options: Any) -> redis.asyncio.Redis:
-    """``sentinel_client`` on ``redis.asyncio`` (``AsyncRedisStore``)."""
+    """``sentinel_client`` on ``redis.asyncio`` (``AsyncRedisTaskStore``)."""
     target = parse_sentinel_url(url)
     timeouts = {k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options}
     sentinel = AsyncSentinel(list(target.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]

@@ -34,7 +34,7 @@ def supports_script_flags(client: redis.Redis) -> bool:
 
 def hello_supports_flags(hello: Any) -> bool:
     """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) comes from Redis >= 7
-    (the sync store asks above, ``AsyncRedisStore`` with its own client)."""
+    (the sync store asks above, ``AsyncRedisTaskStore`` with its own client)."""
     info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
     server = _text(info.get(b"server", b""))
     version = _text(info.get(b"version", b"0"))

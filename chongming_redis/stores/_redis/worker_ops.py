@@ -1,7 +1,7 @@
 """The worker's Redis operations, without I/O: the writes of the ``TaskStore`` protocol
 (``create``, ``save``, ``append``, ``touch``, the command leases, ``prune``) and the bucket
 pool's (``pool_tick``, ``start_tasks``). Plans of ``_redis.ops``'s kind (see its docstring),
-driven by ``RedisTaskStore`` alone: ``AsyncRedisStore`` serves producers, which never write
+driven by ``RedisTaskStore`` alone: ``AsyncRedisTaskStore`` serves producers, which never write
 through these.
 
 Retries: each write carries a token its script recognises, or is idempotent by nature (the

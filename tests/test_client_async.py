@@ -1,7 +1,7 @@
 """``AsyncClient`` (``redis.asyncio``) against a real redis-server, with a real worker (a
 started ``Controller`` on its own sync store) running the tasks: the same outcomes, exceptions
 and records as ``Client``; many calls at once on one client; cancel-safe waits; and
-``AsyncRedisStore`` answering exactly as ``RedisTaskStore`` does (same checks before any I/O,
+``AsyncRedisTaskStore`` answering exactly as ``RedisTaskStore`` does (same checks before any I/O,
 same decoding, same errors, Redis 6.2 without script flags, a flushed script cache).
 
 No pytest-asyncio: each test runs its coroutine with ``asyncio.run``."""
@@ -43,7 +43,7 @@ from chongming_redis.model import Command, CommandKind, Failure, TaskQuery
 from chongming_redis.runtime.app import InvalidParams, UnknownTask
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.stores.redis_async import AsyncRedisStore
+from chongming_redis.stores.redis_async import AsyncRedisTaskStore
 from tests.support.redis_server import RedisProc
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
@@ -514,18 +514,18 @@ def test_an_unreachable_redis_is_store_unavailable(fresh_redis_proc: RedisProc) 
 def test_the_package_exports_async_client_lazily() -> None:
     assert chongming_redis.AsyncClient is AsyncClient
     assert "AsyncClient" in chongming_redis.__all__
-    with pytest.raises(TypeError, match="AsyncRedisStore"):
+    with pytest.raises(TypeError, match="AsyncRedisTaskStore"):
         AsyncClient(object())  # type: ignore[arg-type]
 
 
-# -- AsyncRedisStore answers as RedisTaskStore does --------------------------------------------
+# -- AsyncRedisTaskStore answers as RedisTaskStore does --------------------------------------------
 
 
 def test_the_store_checks_arguments_before_io_and_refuses_calls_once_closed(
     redis_proc: RedisProc, namespace: str
 ) -> None:
     async def main() -> None:
-        store = AsyncRedisStore.from_url(redis_proc.url, namespace=namespace)
+        store = AsyncRedisTaskStore.from_url(redis_proc.url, namespace=namespace)
         sync = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
         bad_calls: list[tuple[str, tuple[Any, ...]]] = [
             ("get", ("",)), ("get", (7,)), ("history", ("",)), ("get_command", ("",)),
@@ -559,7 +559,7 @@ def test_the_store_reports_a_corrupt_record_as_the_sync_store_does(
     raw.hset(sync_store.keys.meta, "num_buckets", b"lots")
 
     async def main() -> None:
-        store = AsyncRedisStore.from_url(redis_proc.url, namespace=namespace)
+        store = AsyncRedisTaskStore.from_url(redis_proc.url, namespace=namespace)
         cases: list[tuple[Callable[[], Any], Callable[[], Awaitable[Any]]]] = [
             (lambda: sync_store.get("wrongtype"), lambda: store.get("wrongtype")),
             (lambda: sync_store.get("garbled"), lambda: store.get("garbled")),
@@ -633,9 +633,9 @@ def test_redis_6_2_without_script_flags(namespace: str) -> None:
 
 def test_the_store_needs_binary_replies() -> None:
     with pytest.raises(ValueError, match="decode_responses=False"):
-        AsyncRedisStore(redis.asyncio.Redis(decode_responses=True), namespace="x")
+        AsyncRedisTaskStore(redis.asyncio.Redis(decode_responses=True), namespace="x")
     with pytest.raises(ValueError, match="namespace"):
-        AsyncRedisStore.from_url("redis://127.0.0.1:1/0", namespace="a b")
-    assert isinstance(AsyncRedisStore.from_url("redis://x/0", namespace="n").client,
+        AsyncRedisTaskStore.from_url("redis://127.0.0.1:1/0", namespace="a b")
+    assert isinstance(AsyncRedisTaskStore.from_url("redis://x/0", namespace="n").client,
                       redis.asyncio.Redis)  # fmt: skip
     assert not isinstance(redis.asyncio.Redis(), redis.Redis)

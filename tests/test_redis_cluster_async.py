@@ -1,4 +1,4 @@
-"""``AsyncRedisStore`` and ``AsyncClient`` on a real Redis Cluster (``cluster=True``): the
+"""``AsyncRedisTaskStore`` and ``AsyncClient`` on a real Redis Cluster (``cluster=True``): the
 producer's calls through ``redis.asyncio``'s cluster client, a worker on the sync cluster store
 running what they submit, and the cluster's refusals (unreachable, a plain server, a slot
 left half-migrated, a master without the scripts) as the sync store reports them."""
@@ -19,7 +19,7 @@ from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores._redis import cluster as cluster_calls
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.stores.redis_async import AsyncRedisStore
+from chongming_redis.stores.redis_async import AsyncRedisTaskStore
 from tests.support.redis_server import RedisProc, free_port
 from tests.test_client_async import app
 
@@ -45,7 +45,7 @@ def test_the_async_store_calls_on_a_cluster(
     redis_cluster: RedisClusterProcs, namespace: str, sync_store: RedisTaskStore
 ) -> None:
     async def main() -> None:
-        store = AsyncRedisStore.from_url(redis_cluster.url, namespace=namespace, cluster=True)
+        store = AsyncRedisTaskStore.from_url(redis_cluster.url, namespace=namespace, cluster=True)
         try:
             assert await store.commit_tasks([(task("a"), None, [])]) == [None]
             assert await store.get("a") == task("a")
@@ -89,7 +89,7 @@ def test_async_client_submits_and_a_cluster_worker_runs_it(
 
 def test_the_async_store_refusals_on_a_cluster(redis_proc: RedisProc, namespace: str) -> None:
     async def first_call(url: str, **options: object) -> None:
-        store = AsyncRedisStore.from_url(url, namespace=namespace, cluster=True, **options)  # type: ignore[arg-type]
+        store = AsyncRedisTaskStore.from_url(url, namespace=namespace, cluster=True, **options)  # type: ignore[arg-type]
         try:
             await store.counts()
         finally:
@@ -100,10 +100,10 @@ def test_the_async_store_refusals_on_a_cluster(redis_proc: RedisProc, namespace:
     with pytest.raises(StoreError, match="not a Redis Cluster node"):
         asyncio.run(first_call(redis_proc.url))
     with pytest.raises(ValueError, match="durability_replicas must be 0 or more"):
-        AsyncRedisStore.from_url(redis_proc.url, namespace=namespace, cluster=True,
+        AsyncRedisTaskStore.from_url(redis_proc.url, namespace=namespace, cluster=True,
                                  durability_replicas=-1)  # fmt: skip
     with pytest.raises(ValueError, match="bad Redis URL"):
-        AsyncRedisStore.from_url("unix:///tmp/x.sock", namespace=namespace, cluster=True)
+        AsyncRedisTaskStore.from_url("unix:///tmp/x.sock", namespace=namespace, cluster=True)
 
 
 def test_the_async_store_reloads_scripts_and_waits_out_a_migration(
@@ -117,7 +117,7 @@ def test_the_async_store_reloads_scripts_and_waits_out_a_migration(
     monkeypatch.setattr(cluster_calls, "MIGRATION_WAIT", 0.3)
 
     async def main() -> None:
-        store = AsyncRedisStore.from_url(redis_cluster.url, namespace=namespace, cluster=True)
+        store = AsyncRedisTaskStore.from_url(redis_cluster.url, namespace=namespace, cluster=True)
         try:
             with redis_cluster.client(source.port) as node:
                 node.script_flush()

@@ -39,7 +39,7 @@ from chongming_redis.errors import ConcurrencyConflict
 from chongming_redis.model import TaskQuery, Transition
 from chongming_redis.stores._redis.durability import PrimaryDemoted, WaitForReplicas, write_barrier
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.stores.redis_async import AsyncRedisStore
+from chongming_redis.stores.redis_async import AsyncRedisTaskStore
 from tests.test_cli import APP, ROOT, cli, ok
 from tests.test_redis_cluster import Hammer, check_everything_written_once, count_refusals
 
@@ -398,7 +398,7 @@ def test_the_async_store_waits_on_the_slot_master(
     master, replica = holders(redis_cluster, store)
 
     async def main() -> None:
-        made = AsyncRedisStore.from_url(redis_cluster.url, namespace=namespace, cluster=True,
+        made = AsyncRedisTaskStore.from_url(redis_cluster.url, namespace=namespace, cluster=True,
                                         durability_replicas=1, durability_timeout=0.3)  # fmt: skip
         try:
             load_scripts(redis_cluster, master, store)

@@ -7,7 +7,7 @@ returns, the replica's copy of the namespace is byte-identical to the primary's.
 replica stopped (SIGSTOP) a write raises ``StoreUnavailable`` naming how many replicas
 confirmed it, after waiting at least the timeout, while reads still work; a retry after the
 replica is back is safe (a conflict showing the first attempt's write, never a second bump).
-A server without replicas is warned about at open. ``AsyncRedisStore`` waits the same way.
+A server without replicas is warned about at open. ``AsyncRedisTaskStore`` waits the same way.
 ``durability_replicas=0`` sends no ``WAIT`` at all. Bad values are refused before any I/O.
 (The failover proofs: ``test_failover.py``; the CLI flag: ``test_cli_durability.py``.)
 """
@@ -28,7 +28,7 @@ from chongming_redis.errors import ConcurrencyConflict
 from chongming_redis.model import TaskQuery, Transition
 from chongming_redis.stores._redis.scripts import READ_ONLY_SCRIPTS, SCRIPT_NAMES
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.stores.redis_async import AsyncRedisStore
+from chongming_redis.stores.redis_async import AsyncRedisTaskStore
 from chongming_redis.stress.fault_proxy import FaultProxy
 from tests.support.redis_server import RedisProc, free_port
 from tests.support.replicated_redis import (
@@ -269,13 +269,13 @@ def test_a_user_restricted_to_its_namespace_may_wait(
 def test_the_async_store_waits_for_the_replica_too(
     pair: tuple[RedisProc, RedisProc], proxy: FaultProxy, namespace: str
 ) -> None:
-    """``AsyncRedisStore`` (``AsyncClient``'s store): its writes, ``commit_tasks`` and
+    """``AsyncRedisTaskStore`` (``AsyncClient``'s store): its writes, ``commit_tasks`` and
     ``submit_command``, send one ``WAIT`` each, its reads none; with the replica stopped a
     write is ``StoreUnavailable``."""
     primary, replica = pair
 
     async def main() -> None:
-        store = AsyncRedisStore.from_url(proxy.url, namespace=namespace, durability_replicas=1,
+        store = AsyncRedisTaskStore.from_url(proxy.url, namespace=namespace, durability_replicas=1,
                                          durability_timeout=0.3)  # fmt: skip
         try:
             # The first call of each script loads it (NOSCRIPT, sent again): not counted.

@@ -10,7 +10,7 @@ ARGV[2]  write token (a retry of the same call repeats it)
 ARGV[3]  created_at (us)
 ARGV[4]  lease_until (us) or ''
 ARGV[5]  '1' if the command is already finished, else '0'
-ARGV[6..] field/value pairs (stores/_keys.py COMMAND_FIELDS)
+ARGV[6..] field/value pairs (stores/_redis/keys.py COMMAND_FIELDS)
 
 Replies
   {'OK'} | {'OK', 'APPLIED'} (retry of this call) | {'EXISTS'} | {'CORRUPT', ...} | {'BADARG', d}

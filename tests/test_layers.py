@@ -1,6 +1,8 @@
-"""The layering: ``lint-imports`` (the contract in pyproject.toml, run by ``make lint``) keeps
-the package's layers and the runtime's loop modules apart; this test keeps the shipped code
-and the benchmarks from importing the test suite (``tests/`` is the leaf of the project)."""
+"""The layering and the layout: ``lint-imports`` (the contracts in pyproject.toml, also run by
+``make lint``) holds; every top-level module and folder is in the package contract, and every
+module of a folder in its folder's contract (none left unordered); every package folder is
+listed for the wheel; every asyncio twin follows the naming rule; and the shipped code and the
+benchmarks never import the test suite (``tests/`` is the leaf of the project)."""
 
 from __future__ import annotations
 
@@ -67,15 +69,34 @@ def test_every_top_level_module_and_folder_is_in_a_layer_of_the_package_contract
     assert named - _children(ROOT / "chongming_redis") == set()  # no stale names either
 
 
-def test_every_module_of_a_folder_with_its_own_contract_is_in_one_of_its_layers() -> None:
-    """A folder's contract orders all of its modules: none is left out (unchecked)."""
-    unplaced = {}
+def _folder_contracts() -> dict[str, set[str]]:
+    """``{folder: the module names its contracts place}``: a ``layers`` contract's containers,
+    an ``independence`` contract's modules (all of one folder)."""
+    placed: dict[str, set[str]] = {}
     for contract in _contracts():
         for container in contract.get("containers", ()):  # type: ignore[attr-defined]
-            folder = ROOT / Path(*container.split("."))
-            missing = _children(folder) - _layer_names(contract)
-            if missing:
-                unplaced[container] = sorted(missing)
+            placed.setdefault(container, set()).update(_layer_names(contract))
+        if contract.get("type") == "independence":
+            for module in contract["modules"]:  # type: ignore[attr-defined]
+                folder, _, name = module.rpartition(".")
+                placed.setdefault(folder, set()).add(name)
+    return placed
+
+
+def test_every_folder_has_a_contract_that_places_each_of_its_modules() -> None:
+    """Every folder of the package (the root aside: the package contract places its modules)
+    has a contract of its own, and it orders all of the folder's modules: none is unchecked."""
+    placed = _folder_contracts()
+    folders = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "chongming_redis").rglob("__init__.py")
+    } - {"chongming_redis"}
+    assert folders - set(placed) == set(), "folders without a contract"
+    unplaced = {
+        folder: sorted(missing)
+        for folder, names in placed.items()
+        if (missing := _children(ROOT / Path(*folder.split("."))) - names)
+    }
     assert unplaced == {}
 
 

@@ -9,7 +9,7 @@ confirmed it, after waiting at least the timeout, while reads still work; a retr
 replica is back is safe (a conflict showing the first attempt's write, never a second bump).
 A server without replicas is warned about at open. ``AsyncRedisTaskStore`` waits the same way.
 ``durability_replicas=0`` sends no ``WAIT`` at all. Bad values are refused before any I/O.
-(The failover proofs: ``test_failover.py``; the CLI flag: ``test_cli_durability.py``.)
+(The failover proofs: ``stress/test_failover.py``; the CLI flag: ``test_cli_durability.py``.)
 """
 
 from __future__ import annotations

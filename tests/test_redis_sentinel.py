@@ -6,7 +6,7 @@ and its replica: ``RedisTaskStore.from_url``, ``Client.from_url``, ``AsyncClient
 and the CLI's ``--redis`` open the store through them, and after a failover Sentinel
 coordinates (``SENTINEL FAILOVER``: the old primary becomes a replica) the same store object
 writes to the new primary, its scripts loaded there again. (The forced failover, kill -9 of
-the primary: ``test_failover.py``.)
+the primary: ``stress/test_failover.py``.)
 """
 
 from __future__ import annotations

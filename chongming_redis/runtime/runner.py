@@ -2,7 +2,7 @@
 
 Starts ``PENDING`` tasks of the served buckets into free slots (one batched start where the
 store has it), runs each in a thread of the executor (or in a child process, or, an ``async
-def`` task, on the event loop of ``aio.TaskLoop``), records how it ended, and hands finished
+def`` task, on the event loop of ``task_loop.TaskLoop``), records how it ended, and hands finished
 tasks to the group committer — one ``commit_tasks`` for every task that finished since the last
 round trip — or writes them at once where the store cannot batch.
 

@@ -2,7 +2,7 @@
 on one PostgreSQL schema, through psycopg 3 and a ``psycopg_pool.ConnectionPool``.
 
 Everything but the connection side is the shared SQL core (``_sql.store.SqlTaskStore`` and the
-``_sql_*`` modules, shared with ``SqliteTaskStore``); the connection side (pool, transactions,
+``_sql`` modules, shared with ``SqliteTaskStore``); the connection side (pool, transactions,
 text as ``bytea``, lost commits, a restarted server) is ``_sql.pg_connection``. This module owns:
 
 * **The schema.** All tables live in one schema (``schema=``, the namespace), created with its

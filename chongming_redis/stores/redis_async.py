@@ -187,13 +187,13 @@ class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
         call: Callable[[], Awaitable[Any]]
         if isinstance(request, ops.Transaction):
             call = partial(driver.transaction, self._client, request)
+        elif self._cluster is not None:
+            call = partial(self._cluster.read, request.method, request.args)
         else:
             call = partial(getattr(self._client, request.method), *request.args)
         with ops.errors(request.key):
-            if self._cluster is None:
+            if self._cluster is None or isinstance(request, ops.Read):
                 return await call()
-            if isinstance(request, ops.Read) and request.method == "time":
-                return await self._cluster.time()  # the slot master's clock
             return await self._cluster.call(call)
 
     async def _script(self, name: str) -> AsyncScript:

@@ -2,7 +2,7 @@
 on one SQLite database file, through the standard library's ``sqlite3``.
 
 Everything but the connection side is the shared SQL core (``_sql.store.SqlTaskStore`` and the
-``_sql_*`` modules, shared with ``PostgresTaskStore``). This module owns:
+``_sql`` modules, shared with ``PostgresTaskStore``). This module owns:
 
 * **Connections:** one per thread (thread-local), opened on first use, all closed by
   ``close()``; a process that forked opens its own (a SQLite connection must never cross a

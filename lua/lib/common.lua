@@ -6,7 +6,7 @@
 --   {'CORRUPT', key, field, detail} | {'BADARG', detail}
 -- An 'OK' may carry a second code saying how it succeeded ({'OK', 'APPLIED'}: a retry), and
 -- commit_tasks gives one code per item. Each script's header lists every code it returns;
--- Python maps them to exceptions in one table (stores/_replies.py), checked against the
+-- Python maps them to exceptions in one table (stores/_redis/replies.py), checked against the
 -- headers by tests/test_lua_scripts.py.
 -- Numbers arrive as canonical decimal strings and are checked with is_uint before use:
 -- tonumber() would also accept '0x10', '1e3' and ' 5'.

@@ -6,7 +6,7 @@
 -- checks anyway) and writes the new one in its own HSET; the feed's own writes are grouped
 -- per call (feed_flush): a batch of 100 costs about six commands, a single write four.
 --
--- Layout (stores/_keys.py), derived from `root` (the namespace's '{ns}:' prefix, a KEY):
+-- Layout (stores/_redis/keys.py), derived from `root` (the namespace's '{ns}:' prefix, a KEY):
 --   {ns}:feed      hash   head = the last position issued (never reused, never reset),
 --                         tombs = tombstones kept
 --   {ns}:fc:<n>    hash   chunk n: position -> 't' .. task_id (a live task, at its latest

@@ -2,7 +2,7 @@
 -- Every script that writes a task (create, save, prune) goes through these functions, so the
 -- indexes can never disagree with the task. Index keys are derived from `root` (the
 -- namespace's '{ns}:' prefix, passed by the caller as a KEY), in the same spelling as
--- stores/_keys.py, so they share the namespace's slot.
+-- stores/_redis/keys.py, so they share the namespace's slot.
 --
 -- `t` is a task's index view (lib/task_view).
 --- @include "lib/common"

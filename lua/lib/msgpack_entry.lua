@@ -1,5 +1,5 @@
 -- lib/msgpack_entry: the msgpack bytes of one history entry, built in Lua (fakeredis has no
--- cmsgpack), in layout 2 of stores/_redis_rows.py: the array [version, statuses, at_us] or
+-- cmsgpack), in layout 2 of stores/_redis/rows.py: the array [version, statuses, at_us] or
 -- [version, statuses, at_us, reason], statuses = 8 * from + to (both numbered P=1 R=2 Z=3 S=4
 -- F=5 X=6 L=7, from 0 when there is none), one byte where layout 1 spent four. Callers pass
 -- the statuses as their one-letter codes. Integers are below 2^53, so Lua doubles hold them

@@ -5,7 +5,7 @@
 --   ARGV[pos + 1]    write token (random per call; a retry of the same call repeats it)
 --   ARGV[pos + 2]    expected status_version ('' for create)
 --   ARGV[pos + 3]    number of fields to delete, then their names
---   next             field/value pairs to write (short field names of stores/_keys.py): to the
+--   next             field/value pairs to write (short field names of stores/_redis/keys.py): to the
 --                    end of ARGV, or (`counted`) preceded by their number
 --
 --- @include "lib/common"

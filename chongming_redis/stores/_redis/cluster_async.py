@@ -143,6 +143,14 @@ class AsyncClusterCalls:
     async def time(self) -> Any:
         return await self.client.execute_command("TIME", target_nodes=await self.node())
 
+    async def read(self, method: str, args: tuple[Any, ...]) -> Any:
+        """``ClusterCalls.read`` for coroutines: ``TIME`` of the slot's master, any other plain
+        command routed by its key and sent again while the slot migrates. (No writing read:
+        the async store drives none, ``_redis.durability.WRITING_READS``.)"""
+        if method == "time":
+            return await self.time()
+        return await self.call(lambda: getattr(self.client, method)(*args))
+
     async def supports_script_flags(self) -> bool:
         try:
             hello = await self.client.execute_command("HELLO", target_nodes=await self.node())

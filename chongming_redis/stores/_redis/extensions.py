@@ -101,7 +101,7 @@ class RedisExtensions(Driver[ClusterCalls]):
 
     def record_task_types(self, names: Collection[str]) -> None:
         """``TaskTypesStore``: add the names a worker runs to ``{ns}:types``."""
-        self._perform(ops.record_task_types(self.keys, names))
+        self._perform(worker_ops.record_task_types(self.keys, names))
 
     def task_types(self) -> frozenset[str]:
         """``TaskTypesStore``: every task type name the namespace's workers recorded."""

@@ -23,7 +23,7 @@ method it names (the same name on both clients, so the same reply parsing).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -275,13 +275,6 @@ def recorded_num_buckets(keys: Keys) -> Plan[int | None]:
         return int(raw)
     except ValueError:
         raise CorruptRecord(key, "num_buckets", f"{raw!r} is not a count") from None
-
-
-def record_task_types(keys: Keys, names: Collection[str]) -> Plan[None]:
-    """``TaskTypesStore.record_task_types``: one ``SADD`` (a union with what is recorded)."""
-    checked = check.check_task_type_names(names)
-    if checked:
-        yield Read(keys.types, "sadd", (keys.types, *sorted(checked)))
 
 
 def task_types(keys: Keys) -> Plan[frozenset[str]]:

@@ -11,7 +11,7 @@ store's module docstring lists which is which).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -203,3 +203,12 @@ def start_tasks(
             len(wanted), *wanted, len(names), *names]  # fmt: skip
     reply = yield script("start_tasks", script_keys, args)
     return [decode_task(keys, text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply), 2)]
+
+
+def record_task_types(keys: Keys, names: Collection[str]) -> Plan[None]:
+    """``TaskTypesStore.record_task_types``: one ``SADD`` (a union with what is recorded). A
+    worker's write, and the one plain command that writes (``_redis.durability.WRITING_READS``:
+    under ``durability_replicas`` the sync store sends it with ``WAIT``)."""
+    checked = check.check_task_type_names(names)
+    if checked:
+        yield Read(keys.types, "sadd", (keys.types, *sorted(checked)))

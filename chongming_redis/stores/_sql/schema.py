@@ -1,6 +1,6 @@
 """The logical schema every SQL store shares (``SqliteTaskStore``, ``PostgresTaskStore``): the
 tables, their columns and indexes, the versioned migrations, and the ``Dialect`` and ``Tx``
-seams through which the shared SQL of ``_sql_*`` modules reaches a driver.
+seams through which the shared SQL of the ``_sql`` modules reaches a driver.
 
 Shared SQL is written with ``?`` placeholders and no string literals (every value is a
 parameter), so a dialect whose driver wants ``%s`` converts it with ``format_placeholders`` and
@@ -47,7 +47,7 @@ MAX_IN_LIST = 200
 
 
 class Tx(Protocol):
-    """One transaction of a SQL store, as the shared ``_sql_*`` code uses it. SQL comes with
+    """One transaction of a SQL store, as the shared ``_sql`` code uses it. SQL comes with
     ``?`` placeholders; the implementation converts them for its driver."""
 
     dialect: Dialect

@@ -1,5 +1,5 @@
 """``SqlTaskStore``: every ``TaskStore`` method, the runtime extensions and the change feed over
-the shared SQL of the ``_sql_*`` modules, for any SQL database. A concrete store
+the shared SQL of the ``_sql`` modules, for any SQL database. A concrete store
 (``SqliteTaskStore``, ``PostgresTaskStore``) provides only the connection side:
 
 * ``_transaction(write=...)`` — a context manager yielding a ``Tx``: committed when the block

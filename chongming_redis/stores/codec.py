@@ -15,17 +15,15 @@ A row is a one-level ``dict`` from column name to ``str``, ``int``, ``float``, `
 Decoding is strict: a missing required column, a non-canonical integer, an unknown status or
 undecodable bytes raise ``RowError`` naming the column; stores turn that into ``CorruptRecord``
 naming the key. Decoders accept ``bytes``/``str`` where a backend hands back text (Redis does).
+
+The scalar encodings live in ``_scalars.py`` and the strict row reader in ``_row_reader.py``;
+this module exports both with the records' encoders and decoders (``__all__``).
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
-
-import msgpack
+from collections.abc import Mapping
+from datetime import datetime
 
 from chongming_redis.model import (
     Command,
@@ -33,17 +31,49 @@ from chongming_redis.model import (
     Failure,
     Progress,
     TaskSnapshot,
-    TaskStatus,
     Transition,
 )
-from chongming_redis.validation import EPOCH, MAX_EPOCH_US, check_dt, check_identifier
+from chongming_redis.stores._row_reader import Primitive, Reader, RowError, decode
+from chongming_redis.stores._scalars import (
+    MAX_PAYLOAD_BYTES,
+    decode_dt,
+    decode_payload,
+    decode_tags,
+    encode_dt,
+    encode_payload,
+    encode_tags,
+    micros,
+    tags_json,
+)
 
-Primitive = str | int | float | bytes | None
+# The scalars (``_scalars``) and ``RowError`` (``_row_reader``) are part of this module's API.
+__all__ = [
+    "COMMAND_COLUMNS",
+    "LEASE_COLUMNS",
+    "MAX_PAYLOAD_BYTES",
+    "SNAPSHOT_COLUMNS",
+    "TRANSITION_COLUMNS",
+    "Primitive",
+    "Row",
+    "RowError",
+    "command_to_row",
+    "decode_dt",
+    "decode_payload",
+    "decode_tags",
+    "encode_dt",
+    "encode_payload",
+    "encode_tags",
+    "progress_to_columns",
+    "row_to_command",
+    "row_to_snapshot",
+    "row_to_transition",
+    "snapshot_to_row",
+    "touch_columns",
+    "transition_to_row",
+]
+
 Row = dict[str, Primitive]
 
-MAX_PAYLOAD_BYTES = 1024 * 1024
-
-_T = TypeVar("_T")
 
 SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "task_id",
@@ -91,81 +121,6 @@ COMMAND_COLUMNS: tuple[str, ...] = (
     "outcome",
 )
 
-_CANONICAL_INT = re.compile(r"^(0|-?[1-9][0-9]*)$")
-
-
-class RowError(ValueError):
-    """A row does not decode; ``column`` names the culprit (``None``: the row as a whole)."""
-
-    def __init__(self, column: str | None, detail: str) -> None:
-        self.column = column
-        self.detail = detail
-        super().__init__(detail if column is None else f"column {column!r}: {detail}")
-
-
-# -- scalars ---------------------------------------------------------------------------------
-
-
-def encode_dt(value: datetime) -> int:
-    """An aware datetime as integer microseconds since the epoch, UTC."""
-    return _micros(check_dt(value, "datetime"))
-
-
-def _micros(utc: datetime) -> int:
-    """``encode_dt`` without the checks, for a datetime a record already validated."""
-    delta = utc - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def decode_dt(value: int | str | bytes) -> datetime:
-    """The inverse of ``encode_dt``; accepts the integer or its canonical decimal text."""
-    micros = _int_value(value)
-    if micros < 0 or micros > MAX_EPOCH_US:
-        raise ValueError(f"timestamp {micros} is outside the storable range")
-    return EPOCH + timedelta(microseconds=micros)
-
-
-def encode_tags(tags: frozenset[str]) -> str:
-    """Tags as a JSON array, sorted, so equal sets encode equally."""
-    for tag in tags:
-        check_identifier(tag, "tag")
-    return _tags_json(tags)
-
-
-def _tags_json(tags: frozenset[str]) -> str:
-    return json.dumps(sorted(tags), ensure_ascii=False, separators=(",", ":"))
-
-
-def decode_tags(value: str | bytes) -> frozenset[str]:
-    text = value.decode("utf-8") if isinstance(value, bytes) else value
-    items = json.loads(text)
-    if not isinstance(items, list) or not all(isinstance(t, str) and t for t in items):
-        raise ValueError("tags must be a JSON array of non-empty strings")
-    return frozenset(items)
-
-
-def encode_payload(value: Any, what: str = "payload") -> bytes | None:
-    """``params``/``result``/``payload`` as msgpack; ``None`` stays ``None``."""
-    if value is None:
-        return None
-    try:
-        data = msgpack.packb(value, use_bin_type=True, datetime=False)
-    except TypeError as exc:
-        raise TypeError(f"{what} is not serialisable (msgpack): {exc}") from None
-    except (OverflowError, ValueError) as exc:
-        raise ValueError(f"{what} is not serialisable (msgpack): {exc}") from None
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise ValueError(
-            f"{what} is {len(data)} bytes encoded; at most {MAX_PAYLOAD_BYTES} are allowed"
-        )
-    return bytes(data)
-
-
-def decode_payload(value: bytes | str) -> Any:
-    if not isinstance(value, bytes):
-        raise ValueError("payload must be bytes")
-    return msgpack.unpackb(value, raw=False, strict_map_key=False)
-
 
 # -- snapshots -------------------------------------------------------------------------------
 
@@ -178,9 +133,9 @@ def snapshot_to_row(snapshot: TaskSnapshot) -> Row:
         "name": snapshot.name,
         "status": snapshot.status.value,
         "status_version": snapshot.status_version,
-        "created_at": _micros(snapshot.created_at),
-        "updated_at": _micros(snapshot.updated_at),
-        "tags": _tags_json(snapshot.tags),
+        "created_at": micros(snapshot.created_at),
+        "updated_at": micros(snapshot.updated_at),
+        "tags": tags_json(snapshot.tags),
         "bucket": snapshot.bucket,
         "key": snapshot.key,
         "pipeline_run_id": snapshot.pipeline_run_id,
@@ -230,10 +185,10 @@ def touch_columns(
 
 def row_to_snapshot(row: Mapping[str, Primitive]) -> TaskSnapshot:
     """The inverse of ``snapshot_to_row``. Missing optional columns mean ``None``."""
-    return _decode(row, _snapshot_from)
+    return decode(row, _snapshot_from)
 
 
-def _snapshot_from(r: _Reader) -> TaskSnapshot:
+def _snapshot_from(r: Reader) -> TaskSnapshot:
     current = r.number("progress_current")
     failure_type = r.text("failure_type")
     return TaskSnapshot(
@@ -272,16 +227,16 @@ def transition_to_row(transition: Transition) -> Row:
         "version": transition.version,
         "from_status": None if transition.from_status is None else transition.from_status.value,
         "to_status": transition.to_status.value,
-        "at": _micros(transition.at),
+        "at": micros(transition.at),
         "reason": transition.reason,
     }
 
 
 def row_to_transition(row: Mapping[str, Primitive]) -> Transition:
-    return _decode(row, _transition_from)
+    return decode(row, _transition_from)
 
 
-def _transition_from(r: _Reader) -> Transition:
+def _transition_from(r: Reader) -> Transition:
     return Transition(
         task_id=r.text_required("task_id"),
         version=r.int_required("version"),
@@ -300,7 +255,7 @@ def command_to_row(command: Command) -> Row:
         "command_id": command.command_id,
         "task_id": command.task_id,
         "kind": command.kind.value,
-        "created_at": _micros(command.created_at),
+        "created_at": micros(command.created_at),
         "issued_by": command.issued_by,
         "payload": encode_payload(command.payload, "payload"),
         "lease_until": _opt_dt(command.lease_until),
@@ -310,10 +265,10 @@ def command_to_row(command: Command) -> Row:
 
 
 def row_to_command(row: Mapping[str, Primitive]) -> Command:
-    return _decode(row, _command_from)
+    return decode(row, _command_from)
 
 
-def _command_from(r: _Reader) -> Command:
+def _command_from(r: Reader) -> Command:
     kind = r.text_required("kind")
     try:
         command_kind = CommandKind(kind)
@@ -332,154 +287,9 @@ def _command_from(r: _Reader) -> Command:
     )
 
 
-# -- decoding machinery ----------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------
 
 
 def _opt_dt(value: datetime | None) -> int | None:
     """For datetimes of a validated record (aware, UTC, in range)."""
-    return None if value is None else _micros(value)
-
-
-def _int_value(value: object) -> int:
-    if type(value) is int:
-        return value
-    # Fast path for what stores hand back: non-negative canonical decimal text.
-    if type(value) is bytes and value.isdigit() and (value[0] != 48 or len(value) == 1):
-        return int(value)
-    if isinstance(value, bytes | str):
-        text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-        if _CANONICAL_INT.fullmatch(text):
-            return int(text)
-        raise ValueError(f"{text[:40]!r} is not a canonical integer")
-    raise ValueError(f"expected an integer, got {type(value).__name__}")
-
-
-def _decode(row: Mapping[str, Primitive], build: Callable[[_Reader], _T]) -> _T:
-    if not isinstance(row, Mapping):
-        raise RowError(None, f"a row must be a mapping, not {type(row).__name__}")
-    reader = _Reader(row)
-    try:
-        return build(reader)
-    except RowError:
-        raise
-    except (TypeError, ValueError) as exc:
-        # The model refused a decoded value (e.g. a negative version stored by another client).
-        # The records are built after every column was read, so the column read last is not the
-        # culprit; the model's messages start with the field's name, which names the column.
-        raise RowError(_column_of(str(exc), row), str(exc)) from None
-
-
-_FIELD_COLUMNS = {
-    "Progress.current": "progress_current",
-    "Progress.total": "progress_total",
-    "Progress.message": "progress_message",
-    "Failure.error_type": "failure_type",
-    "Failure.message": "failure_message",
-    "Failure.traceback": "failure_traceback",
-    "tag": "tags",
-}
-
-
-def _column_of(message: str, row: Mapping[str, Primitive]) -> str | None:
-    field = message.split(" ", 1)[0]
-    column = _FIELD_COLUMNS.get(field, field)
-    return column if column in row else None
-
-
-class _Reader:
-    """Typed access to one row; every failure names its column."""
-
-    def __init__(self, row: Mapping[str, Primitive]) -> None:
-        self.row = row
-        self.raw = row.get
-
-    def _fail(self, column: str, detail: str) -> RowError:
-        return RowError(column, detail)
-
-    def text(self, column: str) -> str | None:
-        value = self.raw(column)
-        if value is None or type(value) is str:
-            return value
-        if type(value) is bytes:
-            try:
-                return value.decode("utf-8")
-            except UnicodeDecodeError:
-                raise self._fail(column, "is not valid UTF-8") from None
-        raise self._fail(column, f"expected text, got {type(value).__name__}")
-
-    def text_required(self, column: str) -> str:
-        value = self.text(column)
-        if value is None:
-            raise self._fail(column, "is missing")
-        return value
-
-    def int_opt(self, column: str) -> int | None:
-        value = self.raw(column)
-        if value is None:
-            return None
-        try:
-            return _int_value(value)
-        except ValueError as exc:
-            raise self._fail(column, str(exc)) from None
-
-    def int_required(self, column: str) -> int:
-        value = self.int_opt(column)
-        if value is None:
-            raise self._fail(column, "is missing")
-        return value
-
-    def number(self, column: str) -> int | float | None:
-        value = self.raw(column)
-        if value is None or type(value) in (int, float):
-            return value  # type: ignore[return-value]
-        if isinstance(value, bytes | str):
-            text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-            if _CANONICAL_INT.fullmatch(text):
-                return int(text)
-            try:
-                return float(text)
-            except ValueError:
-                raise self._fail(column, f"{text[:40]!r} is not a number") from None
-        raise self._fail(column, f"expected a number, got {type(value).__name__}")
-
-    def dt(self, column: str) -> datetime | None:
-        value = self.raw(column)
-        if value is None:
-            return None
-        try:
-            return decode_dt(value)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise self._fail(column, str(exc)) from None
-
-    def dt_required(self, column: str) -> datetime:
-        value = self.dt(column)
-        if value is None:
-            raise self._fail(column, "is missing")
-        return value
-
-    def status(self, column: str) -> TaskStatus:
-        value = self.text_required(column)
-        try:
-            return TaskStatus(value)
-        except ValueError:
-            raise self._fail(column, f"unknown status {value!r}") from None
-
-    def tags(self, column: str) -> frozenset[str]:
-        value = self.raw(column)
-        if value is None:
-            return frozenset()
-        if not isinstance(value, bytes | str):
-            raise self._fail(column, f"expected text, got {type(value).__name__}")
-        try:
-            return decode_tags(value)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise self._fail(column, str(exc)) from None
-
-    def payload(self, column: str) -> Any:
-        value = self.raw(column)
-        if value is None:
-            return None
-        try:
-            return decode_payload(value)  # type: ignore[arg-type]
-        except Exception as exc:  # msgpack raises several unrelated types on garbage
-            raise self._fail(column, f"is not valid msgpack: {exc}") from None
+    return None if value is None else micros(value)

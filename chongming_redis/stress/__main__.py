@@ -23,7 +23,8 @@ from redis.exceptions import RedisClusterException
 
 from chongming_redis.embedded.redis_server import EmbeddedRedisError
 from chongming_redis.errors import StoreError
-from chongming_redis.stress.harness import Options, StressError, run
+from chongming_redis.stress.harness import Options, run
+from chongming_redis.stress.namespace import StressError
 from chongming_redis.stress.report import VIOLATION_KINDS, render
 
 #: A run that could not start or go on (exit status 2): the namespace given holds data, no

@@ -41,9 +41,9 @@ from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress.clients import client_for
 from chongming_redis.stress.fault_proxy import FaultProxy
 from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
+from chongming_redis.stress.namespace import StressError, delete_namespace, require_empty
 from chongming_redis.stress.producer import submit_until_known, unacknowledged
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
 
@@ -72,10 +72,6 @@ class Options:
     unsafe: str | None = None  # negative control: CHONGMING_STRESS_UNSAFE for the workers
     workdir: str | None = None
     cluster: bool = False  # --redis names a node of a Redis Cluster
-
-
-class StressError(RuntimeError):
-    """The run cannot start (e.g. the namespace given already holds data)."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +165,7 @@ def run(opts: Options) -> dict[str, Any]:
     if opts.cluster and not opts.redis:
         raise StressError("--cluster needs --redis: the URL of a node of the cluster")
     if opts.redis:
-        _require_empty(opts.redis, namespace, opts.cluster)
+        require_empty(opts.redis, namespace, opts.cluster)
     workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="chongming-stress-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log = ClientLog(workdir / "driver.jsonl")
@@ -375,40 +371,7 @@ def run(opts: Options) -> dict[str, Any]:
             redis_proc.stop()
     if not opts.keep:
         if opts.redis:
-            _delete_namespace(direct_url, namespace, opts.cluster)
+            delete_namespace(direct_url, namespace, opts.cluster)
         if opts.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     return report
-
-
-def _require_empty(url: str, namespace: str, cluster: bool = False) -> None:
-    """The run writes into the namespace and deletes it afterwards: never one that holds data."""
-    client = client_for(url, cluster=cluster, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        for pattern in (_escaped("{" + namespace + "}:*"), stress_app.keys_pattern(namespace)):
-            for _ in client.scan_iter(match=pattern, count=1000):
-                raise StressError(
-                    f"namespace {namespace!r} already holds data on {_safe(url)}; the stress run "
-                    "needs a namespace of its own (it deletes it at the end)"
-                )
-    finally:
-        client.close()
-
-
-def _escaped(pattern: str) -> str:
-    return pattern.replace("{", "\\{").replace("}", "\\}")
-
-
-def _safe(url: str) -> str:
-    """The URL without its password."""
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def _delete_namespace(url: str, namespace: str, cluster: bool = False) -> None:
-    client = client_for(url, cluster=cluster)
-    for pattern in (_escaped("{" + namespace + "}:*"), stress_app.keys_pattern(namespace)):
-        for key in client.scan_iter(match=pattern, count=500):
-            client.delete(key)
-    client.close()

@@ -108,3 +108,19 @@ def test_submit_refuses_another_bucket_count_than_the_namespace_s(
     (task,) = store.query()
     assert task.bucket == BucketPolicy(16).bucket_for(task.task_id)
     assert datetime.now(timezone.utc) >= task.created_at
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_that_reaches_a_forked_child_before_its_own_handlers_stops_it(
+    signum: int,
+) -> None:
+    """The parent forwards Ctrl-C to a child that may not have installed its worker's handlers
+    yet (under load, a child just forked may not have run at all). The signal is neither lost
+    (before: Python dropped it, finding SIG_DFL by the time it ran its handlers, and the parent
+    waited for that child forever) nor run by the parent's forwarding handler: the child stops
+    at once with 130."""
+    from chongming_redis.cli.worker_parent import ForkedChild
+
+    child = ForkedChild(lambda: time.sleep(60))  # never installs a handler of its own
+    os.kill(child.pid, signum)  # at once: before the child has run a single line
+    assert child.wait(timeout=30) == 130

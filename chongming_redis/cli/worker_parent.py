@@ -28,9 +28,12 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+#: The signals that stop a worker (the parent forwards both to its children).
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 class ChildProcess(Protocol):
@@ -53,9 +56,16 @@ class ForkedChild:
     def __init__(self, main: Callable[[], None]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into the parent's code
-            os._exit(_run_child(main))
+        # SIGINT/SIGTERM are blocked across the fork: one that reaches the new child before
+        # it has its own handler stays pending until it has one (``_run_child``), never runs
+        # a handler inherited from the parent, and is never lost.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child: never returns into the parent's code
+                os._exit(_run_child(main, mask))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self.pid = pid
         self.returncode: int | None = None
 
@@ -86,12 +96,24 @@ class ForkedChild:
         self.send_signal(signal.SIGKILL)
 
 
-def _run_child(main: Callable[[], None]) -> int:
-    for signum in (signal.SIGTERM, signal.SIGINT):  # not the parent's forwarding handlers
-        signal.signal(signum, signal.SIG_DFL)
+def _stop_before_ready(signum: int, frame: Any) -> None:
+    """A stop signal that reached a child before its worker installed its own handlers: the
+    child has started nothing yet, so it stops at once (exit 130)."""
+    raise KeyboardInterrupt
+
+
+def _run_child(main: Callable[[], None], mask: Iterable[int]) -> int:
+    # Not the parent's forwarding handlers, and not SIG_DFL: a signal that arrived while they
+    # were blocked (and was pending since the fork) must stop the child, not be dropped by
+    # Python for finding no handler to run. The worker's run_forever replaces these.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop_before_ready)
     code = 0
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         main()
+    except KeyboardInterrupt:  # stopped before the worker's handlers were installed
+        code = 130
     except SystemExit as exc:
         if isinstance(exc.code, int):
             code = exc.code if 0 <= exc.code <= 255 else 1

@@ -1026,3 +1026,30 @@ def test_a_paused_task_whose_holder_died_is_kept_paused_as_a_new_attempt(
     assert running.attempt == 2 and running.lease_owner == "other"
     statuses = [t.to_status for t in store.history(task_id)]
     assert statuses[-4:] == [TaskStatus.LOST, PA, P, R], statuses
+
+
+# -- one key's backlog fills every free slot at once (issue 24, the fifth defect) ----------------
+
+
+def test_one_keys_backlog_fills_every_free_slot_in_one_start_round(
+    store: Any, make: Any, gate: threading.Event
+) -> None:
+    """16 due tasks of one key (one bucket) and 16 free slots: they all begin in one start round.
+    A Redis start call looks at a few candidates per bucket and type, so a round that stopped
+    after one call began two tasks per start interval (0.02, 0.02, 1.02, 1.02, ... s with the
+    defaults); the starter now calls again while a call started something and slots are free.
+    The start interval here is far beyond the test: only that can start them in time."""
+    app = App()
+    began: list[str] = []
+
+    @app.task("hold")
+    def hold(ctx: Any, params: Any) -> None:
+        began.append(ctx.task_id)
+        gate.wait(WAIT)
+
+    worker = make(app=app, concurrency=16, prefetch=0, start_poll_interval=60)
+    ids = [worker.submit("hold", key="one-key") for _ in range(16)]
+    worker.start()
+    worker.start_available()  # the round a nudge or the interval would run
+    wait_until(lambda: len(began) == 16, timeout=10, what="all 16 to begin")
+    assert sorted(began) == sorted(ids)

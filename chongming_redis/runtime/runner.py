@@ -22,7 +22,6 @@ import logging
 import queue
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,7 +32,8 @@ from pydantic import BaseModel
 
 from chongming_redis.model import Failure, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.app import App, TaskType
-from chongming_redis.runtime.context import TaskContext, TaskInterrupted, TaskLost, TaskStopped
+from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
+from chongming_redis.runtime.endings import failure_of, is_own
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
 from chongming_redis.runtime.task_log import TaskLog
@@ -102,7 +102,19 @@ class Runner:
 
     def start_available(self) -> int:
         """Start as many eligible ``PENDING`` tasks as the window has room for (the free slots,
-        plus the prefetch the measured task and round-trip times call for); returns how many."""
+        plus the prefetch the measured task and round-trip times call for); returns how many.
+
+        The store is called again while a call started something and room is left: one call
+        looks at a few candidates per bucket and task type (``lua/start_tasks.lua``), so one
+        key's backlog would otherwise fill two slots per start interval. Bounded: every call
+        that starts a task takes room, and one that starts none ends the round."""
+        total = 0
+        while (started := self._start_once()) > 0:
+            total += started
+        return total
+
+    def _start_once(self) -> int:
+        """One start call for the room the window has now; how many it started."""
         free = self._window.size() - self._outstanding
         if free <= 0 or not self.accepting.is_set():
             return 0
@@ -284,16 +296,16 @@ class Runner:
         """Record a task whose function raised ``exc``: its own stop (``STOPPED``), its own
         loss (nothing written), or a failure (any other exception, ``FAILED``)."""
         ctx = held.ctx
-        if isinstance(exc, TaskLost) and _ours(exc, ctx, ctx.lost_reason is not None):
+        if isinstance(exc, TaskLost) and is_own(exc, ctx, ctx.lost_reason is not None):
             self._lost(held, ctx.lost_reason or str(exc), started)
-        elif isinstance(exc, TaskStopped) and _ours(exc, ctx, ctx.stop_requested):
+        elif isinstance(exc, TaskStopped) and is_own(exc, ctx, ctx.stop_requested):
             self.log.ended(held, "stopped", started)
             self.finish(held, TaskStatus.STOPPED, reason="stop requested")
         elif isinstance(exc, ChildFailed):
             failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
             self._fail(held, failure, started)
         else:
-            self._fail(held, _failure(exc), started)
+            self._fail(held, failure_of(exc), started)
 
     def _returned(self, held: Held, result: Any, started: float) -> None:
         """Record a task whose function returned ``result`` (discarded if the task was lost)."""
@@ -377,18 +389,6 @@ class Runner:
             for held in batch:
                 held.queued = False  # if the write failed, the supervisor retries it
                 self.settle(held)
-
-
-def _ours(exc: TaskInterrupted, ctx: TaskContext, known: bool) -> bool:
-    """Whether a stop or loss that ended a task function is its own (``known``: the context
-    saw it): one raised by ``wait`` on another task, passing through, is a failure."""
-    return known and exc.task_id == ctx.task_id
-
-
-def _failure(exc: BaseException) -> Failure:
-    """The stored failure of an exception (its traceback, bounded)."""
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return Failure(type(exc).__name__, str(exc)[:4000], trace[-16000:])
 
 
 def _log_crash(future: Future[None]) -> None:

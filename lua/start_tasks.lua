@@ -26,7 +26,8 @@ Idempotency: if the memo exists, this is a retry of a call whose reply was lost;
 started are returned again and nothing new is started.
 Invariants: only PENDING tasks move, each by one version; never touches another status; each
 started task moves to the next change-feed position (lib/feed).
-Bound: about max(2 * limit, 2 * index keys) candidates examined, `limit` started.
+Bound: about max(2 * limit, 2 * index keys) candidates examined (the keys that hold more than
+their share fill the rest of the 2 * limit), `limit` started.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
@@ -69,14 +70,27 @@ for _, b in ipairs(buckets) do
 end
 local per_source = math.min(2 * limit, math.max(2, math.ceil(2 * limit / math.max(1, #sources))))
 local candidates, listed = {}, {}
-for _, source in ipairs(sources) do
-  local raw = rcall('ZRANGE', source, 0, per_source - 1, 'WITHSCORES')
+-- Entries first .. last (0-based) of one index key as candidates; true if it has more beyond.
+local function take(source, first, last)
+  local raw = rcall('ZRANGE', source, first, last, 'WITHSCORES')
   for i = 1, #raw, 2 do
     if not listed[raw[i]] then -- a name given twice lists its index twice: start a task once
       listed[raw[i]] = true
       candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
     end
   end
+  return #raw / 2 > last - first
+end
+local deeper = {}
+for _, source in ipairs(sources) do
+  if take(source, 0, per_source - 1) then deeper[#deeper + 1] = source end
+end
+-- The keys that had more fill the rest of the 2 * limit budget: one key's backlog (one bucket)
+-- fills a whole batch, not per_source slots of it (16 tasks of one key began 2 per call).
+for _, source in ipairs(deeper) do
+  local room = 2 * limit - #candidates
+  if room <= 0 then break end
+  take(source, per_source, per_source + room - 1)
 end
 table.sort(candidates, function(a, b)
   if a.score ~= b.score then return a.score < b.score end

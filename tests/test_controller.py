@@ -1034,11 +1034,11 @@ def test_a_paused_task_whose_holder_died_is_kept_paused_as_a_new_attempt(
 def test_one_keys_backlog_fills_every_free_slot_in_one_start_round(
     store: Any, make: Any, gate: threading.Event
 ) -> None:
-    """16 due tasks of one key (one bucket) and 16 free slots: they all begin in one start round.
-    A Redis start call looks at a few candidates per bucket and type, so a round that stopped
-    after one call began two tasks per start interval (0.02, 0.02, 1.02, 1.02, ... s with the
-    defaults); the starter now calls again while a call started something and slots are free.
-    The start interval here is far beyond the test: only that can start them in time."""
+    """16 due tasks of one key (one bucket) and 16 free slots: one start call begins them all.
+    A Redis start call took a few candidates per bucket and type, so one key's backlog began
+    two tasks per start interval (0.02, 0.02, 1.02, 1.02, ... s with the defaults); the keys
+    that hold more now fill the rest of the call's batch (``lua/start_tasks.lua``). The start
+    interval here is far beyond the test: only the one call can start them in time."""
     app = App()
     began: list[str] = []
 

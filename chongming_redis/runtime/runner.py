@@ -102,19 +102,7 @@ class Runner:
 
     def start_available(self) -> int:
         """Start as many eligible ``PENDING`` tasks as the window has room for (the free slots,
-        plus the prefetch the measured task and round-trip times call for); returns how many.
-
-        The store is called again while a call started something and room is left: one call
-        looks at a few candidates per bucket and task type (``lua/start_tasks.lua``), so one
-        key's backlog would otherwise fill two slots per start interval. Bounded: every call
-        that starts a task takes room, and one that starts none ends the round."""
-        total = 0
-        while (started := self._start_once()) > 0:
-            total += started
-        return total
-
-    def _start_once(self) -> int:
-        """One start call for the room the window has now; how many it started."""
+        plus the prefetch the measured task and round-trip times call for); returns how many."""
         free = self._window.size() - self._outstanding
         if free <= 0 or not self.accepting.is_set():
             return 0

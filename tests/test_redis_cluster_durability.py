@@ -379,6 +379,9 @@ def test_a_dead_master_never_acknowledges_and_its_promoted_replica_waits_for_a_r
             assert promoted.info("replication")["role"] == "master"
         dead.restart()  # rejoins as the promoted node's replica
         own_cluster.wait_stable()
+        # wait_stable can pass while the restarted node still calls itself a (slotless) master,
+        # before gossip turns it into the promoted node's replica: wait for that link itself.
+        wait_for_online_replica(own_cluster, replica.port)
         try:
             store.save(task("a", 6), expect_version=5)
         except ConcurrencyConflict as conflict:  # an unconfirmed attempt had landed
@@ -390,6 +393,19 @@ def test_a_dead_master_never_acknowledges_and_its_promoted_replica_waits_for_a_r
         )  # the old master, now the replica, holds it all
     finally:
         store.close()
+
+
+def wait_for_online_replica(cluster: RedisClusterProcs, port: int, timeout: float = 30.0) -> None:
+    """Until the master on ``port`` has a replica whose link is online (``WAIT`` can count it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with cluster.client(port) as master:
+            replication = master.info("replication")
+        replicas = [v for k, v in replication.items() if k.startswith("slave") and k[5:].isdigit()]
+        if any(isinstance(r, dict) and r.get("state") == "online" for r in replicas):
+            return
+        assert time.monotonic() < deadline, f"no online replica of {port}: {replication}"
+        time.sleep(0.05)
 
 
 def test_the_async_store_waits_on_the_slot_master(

@@ -27,6 +27,10 @@ from chongming_redis.validation import (
 )
 
 
+#: ``TaskSnapshot.priority`` bounds: higher starts first among due tasks; 0 is the default.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
 class TaskStatus(str, Enum):
     """Where a task is in its life. The last four are terminal: nothing leaves them."""
 
@@ -119,6 +123,9 @@ class TaskSnapshot:
     supervising it?) are two separate signals, each stored as given. ``create`` stores the
     snapshot as given, lease included; afterwards ``touch`` writes the heartbeat and the lease,
     ``save`` writes the heartbeat the snapshot carries and never the lease columns.
+    ``priority`` (-100..100, 0 by default) orders the start among due ``PENDING`` tasks: higher
+    first, then the one due earliest (``max(created_at, not_before)``, to the millisecond),
+    then by ``task_id``.
     ``params`` and ``result`` hold msgpack-able values (None, bool, int, float, str, bytes, list,
     dict); tuples come back as lists.
     """
@@ -142,6 +149,7 @@ class TaskSnapshot:
     lease_until: datetime | None = None
     attempt: int = 1
     not_before: datetime | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         for name, check in _SNAPSHOT_CHECKS.items():
@@ -193,7 +201,19 @@ _SNAPSHOT_CHECKS: dict[str, Callable[[Any], Any]] = {
     "lease_until": lambda v: check_optional_dt(v, "lease_until"),
     "attempt": lambda v: check_int(v, "attempt"),
     "not_before": lambda v: check_optional_dt(v, "not_before"),
+    "priority": lambda v: check_int(v, "priority", minimum=MIN_PRIORITY, maximum=MAX_PRIORITY),
 }
+
+
+def start_rank(
+    priority: int, created_us: int, not_before_us: int | None, task_id: str
+) -> tuple[int, int, str]:
+    """Where a due ``PENDING`` task stands in the start order (lowest starts first), the same
+    on every store: higher ``priority`` first, then the time it became due,
+    ``max(created_at, not_before)`` in whole milliseconds, then ``task_id`` (code-point order).
+    Times are microseconds since the epoch, as the stores keep them."""
+    ready = created_us if not_before_us is None else max(created_us, not_before_us)
+    return (-priority, ready // 1000, task_id)
 
 
 @dataclass(frozen=True)

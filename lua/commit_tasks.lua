@@ -78,7 +78,7 @@ for i = 1, tonumber(count) do
   else
     -- One HMGET reads and type-checks the version, the token, the feed position and the
     -- index view.
-    local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g')
+    local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr')
     if not f then return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
     if not f[1] and rcall('EXISTS', key) == 0 then
       item.code = 'CONFLICT'

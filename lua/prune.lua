@@ -120,7 +120,7 @@ while #doomed < take and #heap > 0 do
   local src = heap[1]
   local id = src.buf[src.at]
   local key = root .. 't:' .. id
-  local v, task_kind = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'fs')
+  local v, task_kind = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'fs')
   if not v then return corrupt(key, '', 'key holds a ' .. task_kind .. ', not a hash') end
   if not v[1] and key_type(key) == 'none' then
     -- a dangling index entry: drop it and what it counted, nothing else to remove
@@ -132,7 +132,7 @@ while #doomed < take and #heap > 0 do
     for _, f in ipairs({ 's', 'b', 'n' }) do
       if view[f] ~= src[f] then return corrupt(key, f, 'does not match its index ' .. src.key) end
     end
-    doomed[#doomed + 1] = { id = id, key = key, view = view, position = v[7] }
+    doomed[#doomed + 1] = { id = id, key = key, view = view, position = v[9] }
   end
   src.at = src.at + 2
   if src.at <= #src.buf then

@@ -1,7 +1,8 @@
 #!lua
 --[[ start_tasks: start up to `limit` PENDING tasks of the given buckets, in one round trip.
 
-For each task, oldest created_at first, whose not_before has passed: the compare-and-set
+For each due task, in start order (higher priority first, then the one due earliest, then by
+id; lib/indexes keeps the queues), whose not_before has passed: the compare-and-set
 PENDING -> RUNNING (version + 1), the lease (owner, until) and heartbeat, the index move, and
 the history entry "started by <owner> (attempt N)". Atomic as a whole, so a task is started by
 exactly one caller; the batch replaces one query, one save, one append and one touch per task.
@@ -26,8 +27,9 @@ Idempotency: if the memo exists, this is a retry of a call whose reply was lost;
 started are returned again and nothing new is started.
 Invariants: only PENDING tasks move, each by one version; never touches another status; each
 started task moves to the next change-feed position (lib/feed).
-Bound: about max(2 * limit, 2 * index keys) candidates examined (the keys that hold more than
-their share fill the rest of the 2 * limit), `limit` started.
+Bound: at most `limit` due entries promoted per start queue, about max(2 * limit, 2 * queues)
+candidates examined (the queues that hold more than their share fill the rest of the
+2 * limit), `limit` started. Tasks not yet due cost nothing: they wait in dq.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
@@ -57,24 +59,54 @@ if rcall('EXISTS', memo) == 1 then
   return reply
 end
 
--- Candidates: the oldest few entries of each pending index key of these buckets, about
--- 2 * limit in all, so the work per call follows the batch, not the backlog. (Starting is
--- oldest-first within a key, not across all of them: fairness, not a total order.)
+-- Sources: the start queues of these buckets and names (lib/indexes): rq holds the due
+-- PENDING tasks in start order, dq the ones with a not_before, by not_before.
 local sources = {}
 for _, b in ipairs(buckets) do
   if not is_uint(b) then return badarg('bucket malformed') end
-  local combo = 'pending:' .. b
   local names = names_wanted
-  if #names == 0 then names = rcall('HKEYS', root .. 'nm:' .. combo) end
-  for _, name in ipairs(names) do sources[#sources + 1] = root .. 'ix:' .. combo .. ':' .. name end
+  if #names == 0 then names = rcall('HKEYS', root .. 'nm:pending:' .. b) end
+  for _, name in ipairs(names) do
+    sources[#sources + 1] = { rq = root .. 'rq:' .. b .. ':' .. name,
+                              dq = root .. 'dq:' .. b .. ':' .. name }
+  end
 end
+
+-- Promote: the entries of dq that came due (at most `limit` per source, the most this call
+-- could start from it) move to rq at their start score. Only derived entries move, each in
+-- step with its task hash, so a CORRUPT reply after this has still written nothing wrong.
+local now_us = tonumber(now)
+for _, src in ipairs(sources) do
+  local due, kind = try_read('ZRANGEBYSCORE', src.dq, '-inf', now, 'LIMIT', 0, limit)
+  if not due then return corrupt(src.dq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
+  if #due > 0 then
+    local kind_rq = key_type(src.rq)
+    if kind_rq ~= 'none' and kind_rq ~= 'zset' then
+      return corrupt(src.rq, '', 'start queue holds a ' .. kind_rq .. ', not a sorted set')
+    end
+    for _, id in ipairs(due) do
+      local key = root .. 't:' .. id
+      local view, bad = read_index_view(key)
+      if not view then return bad end
+      if view.s ~= 'pending' or not view.nb or tonumber(view.nb) > now_us then
+        return corrupt(key, 's', 'listed as a delayed pending task in ' .. src.dq)
+      end
+      rcall('ZREM', src.dq, id)
+      rcall('ZADD', src.rq, start_score(view), id)
+    end
+  end
+end
+
+-- Candidates: the heads of each rq, about 2 * limit in all, so the work per call follows the
+-- batch, not the backlog; then merged by score (exact start order across these buckets).
 local per_source = math.min(2 * limit, math.max(2, math.ceil(2 * limit / math.max(1, #sources))))
 local candidates, listed = {}, {}
--- Entries first .. last (0-based) of one index key as candidates; true if it has more beyond.
+-- Entries first .. last (0-based) of one rq as candidates; true if it has more beyond.
 local function take(source, first, last)
-  local raw = rcall('ZRANGE', source, first, last, 'WITHSCORES')
+  local raw, kind = try_read('ZRANGE', source, first, last, 'WITHSCORES')
+  if not raw then return nil, corrupt(source, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
   for i = 1, #raw, 2 do
-    if not listed[raw[i]] then -- a name given twice lists its index twice: start a task once
+    if not listed[raw[i]] then -- a name given twice lists its queue twice: start a task once
       listed[raw[i]] = true
       candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
     end
@@ -82,11 +114,13 @@ local function take(source, first, last)
   return #raw / 2 > last - first
 end
 local deeper = {}
-for _, source in ipairs(sources) do
-  if take(source, 0, per_source - 1) then deeper[#deeper + 1] = source end
+for _, src in ipairs(sources) do
+  local more, bad = take(src.rq, 0, per_source - 1)
+  if bad then return bad end
+  if more then deeper[#deeper + 1] = src.rq end
 end
--- The keys that had more fill the rest of the 2 * limit budget: one key's backlog (one bucket)
--- fills a whole batch, not per_source slots of it (16 tasks of one key began 2 per call).
+-- The queues that had more fill the rest of the 2 * limit budget: one key's backlog (one
+-- bucket) fills a whole batch, not per_source slots of it (16 tasks of one key began 2 per call).
 for _, source in ipairs(deeper) do
   local room = 2 * limit - #candidates
   if room <= 0 then break end
@@ -104,22 +138,21 @@ for i = 1, #candidates do
   if #chosen >= limit then break end
   local id = candidates[i].id
   local key = root .. 't:' .. id
-  local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'v', 'nb', 'at', 'fs')
-  if not f or not f[7] and rcall('EXISTS', key) == 0 then
+  local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'v', 'at', 'fs')
+  if not f or not f[9] and rcall('EXISTS', key) == 0 then
     return corrupt(key, '', 'indexed task is missing or not a hash')
   end
   local view, bad = index_view_of(key, f)
   if not view then return bad end
-  if not is_uint(f[7]) then return corrupt(key, 'v', 'status_version malformed') end
-  if f[8] and not is_uint(f[8]) then return corrupt(key, 'nb', 'not_before malformed') end
-  if f[9] and not is_uint(f[9]) then return corrupt(key, 'at', 'attempt malformed') end
-  local version = tonumber(f[7]) + 1
+  if not is_uint(f[9]) then return corrupt(key, 'v', 'status_version malformed') end
+  if f[10] and not is_uint(f[10]) then return corrupt(key, 'at', 'attempt malformed') end
+  local version = tonumber(f[9]) + 1
   local history = root .. 'h:' .. id
   local logged = try_read('ZCOUNT', history, version, version)
   if not logged then return corrupt(history, '', 'history is not a sorted set') end
-  if view.s == 'pending' and (not f[8] or tonumber(f[8]) <= tonumber(now)) then
+  if view.s == 'pending' and (not view.nb or tonumber(view.nb) <= now_us) then
     chosen[#chosen + 1] = { id = id, key = key, view = view, version = version,
-                            attempt = f[9] or '1', position = f[10], history = history,
+                            attempt = f[10] or '1', position = f[11], history = history,
                             logged = logged > 0 }
   end
 end

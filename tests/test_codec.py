@@ -453,6 +453,7 @@ snapshots = st.builds(
     lease_until=_optional_dt,
     attempt=st.integers(min_value=0, max_value=MAX_INT),
     not_before=_optional_dt,
+    priority=st.integers(-100, 100),
 )
 transitions = st.builds(
     Transition,

@@ -66,6 +66,7 @@ snapshots = st.builds(
     lease_until=st.none() | st.just(T0 + timedelta(seconds=30)),
     attempt=st.integers(1, 10),
     not_before=st.none() | st.just(T0 + timedelta(seconds=1)),
+    priority=st.integers(-100, 100),
 )
 
 

@@ -162,6 +162,7 @@ def snapshot_fields(draw: st.DrawFn) -> dict[str, Any]:
         "lease_until": draw(st.none() | later_moments),
         "attempt": draw(st.integers(0, 3)),
         "not_before": draw(st.none() | later_moments),
+        "priority": draw(st.integers(-100, 100)),
     }
 
 

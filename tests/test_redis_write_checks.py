@@ -103,6 +103,7 @@ def seed(store: RedisTaskStore) -> None:
                       pipeline_run_id="run"))  # fmt: skip
     store.create(task("done", status=S, bucket=3))
     store.create(task("new", bucket=3, created_at=T0 + timedelta(seconds=1)))
+    store.prepare_start_order()  # once per namespace, before its first start (not under test)
 
 
 def touched(write: str, broken: str) -> bool:

@@ -24,8 +24,10 @@ from chongming_redis.model import (
     TaskSnapshot,
     TaskStatus,
     Transition,
+    start_rank,
 )
 from chongming_redis.stores import _checks as check
+from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.extensions import (
     BatchingStore,
     BucketCountingStore,
@@ -135,8 +137,8 @@ class StoreAdapter:
         """Start up to ``limit`` eligible ``PENDING`` tasks of ``buckets`` (``None``: every
         bucket below ``num_buckets``) and of ``names`` (empty: any), as ``start_tasks`` does.
 
-        Without batching: one query (``4 * limit`` of the oldest ``PENDING`` tasks), then per
-        task a compare-and-set ``save`` to ``RUNNING``, a fenced ``touch`` for the lease and an
+        Without batching: a query of the oldest ``PENDING`` tasks (``_due``: due ones in start
+        order), then per task a compare-and-set ``save`` to ``RUNNING``, a fenced ``touch`` for the lease and an
         ``append``; a task another worker started first is skipped. A lease or history write
         that fails is reported in ``Started`` for the caller to retry, never lost."""
         if self._batching is not None:
@@ -146,23 +148,33 @@ class StoreAdapter:
                 limit=limit, names=sorted(names),
             )  # fmt: skip
             return [Started(snapshot) for snapshot in started]
-        query = TaskQuery(
-            statuses=frozenset({TaskStatus.PENDING}),
-            buckets=None if buckets is None else frozenset(buckets),
-            limit=limit * 4,
-        )
         result: list[Started] = []
-        for snapshot in self.store.query(query):
+        for snapshot in self._due(now, buckets, limit, names):
             if len(result) >= limit:
                 break
-            if names and snapshot.name not in names:
-                continue
-            if snapshot.not_before is not None and snapshot.not_before > now:
-                continue
             one = self._start_one(snapshot, now, lease_until)
             if one is not None:
                 result.append(one)
         return result
+
+    def _due(
+        self, now: datetime, buckets: Collection[int] | None, limit: int, names: Collection[str]
+    ) -> list[TaskSnapshot]:
+        """The due ``PENDING`` tasks a fallback start tries, in start order (``start_rank``).
+        A query lists ``PENDING`` tasks oldest first, delayed ones included, so the window
+        grows (x4, up to ``FALLBACK_SCAN``) until it holds ``2 * limit`` due ones or all of
+        them: delayed tasks in front of due ones cost a longer query, never a stall."""
+        window = 4 * limit
+        while True:
+            query = TaskQuery(statuses=frozenset({TaskStatus.PENDING}), limit=window,
+                              buckets=None if buckets is None else frozenset(buckets))  # fmt: skip
+            listed = self.store.query(query)
+            due = [s for s in listed
+                   if (not names or s.name in names)
+                   and (s.not_before is None or s.not_before <= now)]  # fmt: skip
+            if len(due) >= 2 * limit or len(listed) < window or window >= FALLBACK_SCAN:
+                return sorted(due, key=_rank)
+            window = min(4 * window, FALLBACK_SCAN)
 
     def _start_one(
         self, snapshot: TaskSnapshot, now: datetime, lease_until: datetime
@@ -270,3 +282,18 @@ class StoreAdapter:
     def task_types(self) -> frozenset[str] | None:
         """The names the namespace's workers recorded; ``None`` without the extension."""
         return None if self._types is None else self._types.task_types()
+
+
+#: The most PENDING tasks one fallback start lists (``StoreAdapter._due``): a store with only
+#: the 14 methods cannot ask for due tasks alone; beyond this many delayed tasks in front, due
+#: ones wait until enough of those come due (a batching store has no such bound).
+FALLBACK_SCAN = 10_000
+
+
+def _rank(snapshot: TaskSnapshot) -> tuple[int, int, str]:
+    return start_rank(
+        snapshot.priority,
+        encode_dt(snapshot.created_at),
+        None if snapshot.not_before is None else encode_dt(snapshot.not_before),
+        snapshot.task_id,
+    )

@@ -42,6 +42,7 @@ from chongming_redis.stores._scalars import (
     encode_dt,
     encode_payload,
     encode_tags,
+    int_value,
     micros,
     tags_json,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "encode_dt",
     "encode_payload",
     "encode_tags",
+    "int_value",
     "progress_to_columns",
     "row_to_command",
     "row_to_snapshot",
@@ -99,6 +101,7 @@ SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "lease_until",
     "attempt",
     "not_before",
+    "priority",
 )
 LEASE_COLUMNS: tuple[str, ...] = ("lease_owner", "lease_until")
 TRANSITION_COLUMNS: tuple[str, ...] = (
@@ -150,6 +153,7 @@ def snapshot_to_row(snapshot: TaskSnapshot) -> Row:
         "lease_until": _opt_dt(snapshot.lease_until),
         "attempt": snapshot.attempt,
         "not_before": _opt_dt(snapshot.not_before),
+        "priority": snapshot.priority,
     }
 
 
@@ -215,6 +219,7 @@ def _snapshot_from(r: Reader) -> TaskSnapshot:
         lease_until=r.dt("lease_until"),
         attempt=r.int_required("attempt"),
         not_before=r.dt("not_before"),
+        priority=r.int_opt("priority") or 0,  # a row written before priorities: 0
     )
 
 

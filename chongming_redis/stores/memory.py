@@ -35,6 +35,7 @@ from chongming_redis.model import (
     TaskSnapshot,
     TaskStatus,
     Transition,
+    start_rank,
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
@@ -220,7 +221,8 @@ class InMemoryTaskStore(MemoryReads):
         limit: int = 50,
         names: Sequence[str] = (),
     ) -> list[TaskSnapshot]:
-        """Start up to ``limit`` eligible ``PENDING`` tasks, oldest first, each with its lease,
+        """Start up to ``limit`` due ``PENDING`` tasks in start order (``model.start_rank``:
+        higher priority, then due earliest), each with its lease,
         heartbeat and history entry (see ``BatchingStore.start_tasks``)."""
         wanted, types = check.check_start(owner, now, lease_until, buckets, limit, names)
         moment, until = encode_dt(now), encode_dt(lease_until)
@@ -234,7 +236,7 @@ class InMemoryTaskStore(MemoryReads):
                 and (not of_types or row["name"] in of_types)
                 and (row["not_before"] is None or row["not_before"] <= moment)  # type: ignore[operator]
             ]
-            ready.sort(key=lambda r: (r["created_at"], r["task_id"]))
+            ready.sort(key=_start_rank)
             started = []
             for row in ready[:limit]:
                 version = int(row["status_version"]) + 1  # type: ignore[arg-type]
@@ -373,3 +375,13 @@ class _Guard:
 
     def __exit__(self, *exc: Any) -> None:
         self._store._lock.release()
+
+
+def _start_rank(row: Row) -> tuple[int, int, str]:
+    not_before = row["not_before"]
+    return start_rank(
+        int(row.get("priority") or 0),  # type: ignore[arg-type]
+        int(row["created_at"]),  # type: ignore[arg-type]
+        None if not_before is None else int(not_before),  # type: ignore[arg-type]
+        str(row["task_id"]),
+    )

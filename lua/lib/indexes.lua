@@ -15,6 +15,12 @@
 -- a query finds the index keys it must merge without any scan. There is no separate list of
 -- terminal tasks: prune merges the composite index keys of the four terminal statuses.
 
+-- The start order is kept apart from the query index (which is by created_at): every PENDING
+-- task is in exactly one of {ns}:rq:<bucket>:<name> (due: score start_score, lowest starts
+-- first) or {ns}:dq:<bucket>:<name> (has a not_before: score not_before in us). start_tasks
+-- moves the dq entries that came due into rq (promote_due), so a task that is not yet due
+-- never stands in front of a due one, however many there are.
+
 -- The functions below only *plan*: index_add / index_move / index_remove record the sorted-set
 -- changes (INDEX_OPS) and sum the counter changes per (key, field) (COUNT_DELTAS); nothing is
 -- written until index_flush. A script plans every task's changes in its read pass, then calls
@@ -84,6 +90,38 @@ local function index_flush()
   COUNT_DELTAS, COUNT_KEYS, INDEX_OPS = {}, {}, {}
 end
 
+-- 2^43 ms (278 years) per priority point: a band holds every ready time, and the highest
+-- score, 200 bands, stays below 2^53 (exact as a double and as a zset score).
+local PRIORITY_BAND = 8796093022208
+
+-- A due task's rq score: priority bands (higher priority, lower score), within a band the
+-- time it became due, max(created_at, not_before), in ms. Equal scores: by task id (Redis).
+local function start_score(t)
+  local ready = tonumber(t.c)
+  if t.nb and tonumber(t.nb) > ready then ready = tonumber(t.nb) end
+  return string.format('%.0f', (100 - (tonumber(t.pr) or 0)) * PRIORITY_BAND
+    + math.floor(ready / 1000))
+end
+
+local function start_queue(root, kind, t) return root .. kind .. ':' .. t.b .. ':' .. t.n end
+
+-- A PENDING task joins the start order: delayed if it has a not_before (promote_due moves it
+-- once due), ready otherwise.
+local function queue_add(root, id, t)
+  if t.s ~= 'pending' then return end
+  if t.nb then
+    zadd(start_queue(root, 'dq', t), t.nb, id)
+  else
+    zadd(start_queue(root, 'rq', t), start_score(t), id)
+  end
+end
+
+local function queue_remove(root, id, t)
+  if t.s ~= 'pending' then return end
+  zrem(start_queue(root, 'rq', t), id)
+  zrem(start_queue(root, 'dq', t), id)
+end
+
 local function index_add(root, id, t)
   zadd(root .. 'ix:' .. t.s .. ':' .. t.b .. ':' .. t.n, t.c, id)
   count_up(root .. 'nm:' .. t.s .. ':' .. t.b, t.n)
@@ -91,6 +129,7 @@ local function index_add(root, id, t)
   count_up(root .. 'counts', t.s .. ':' .. t.b)
   if t.p then zadd(root .. 'p:' .. t.p, t.c, id) end
   for i = 1, #t.tags do zadd(root .. 'tag:' .. t.tags[i], t.c, id) end
+  queue_add(root, id, t)
 end
 
 local function index_remove(root, id, t)
@@ -100,6 +139,7 @@ local function index_remove(root, id, t)
   count_down(root .. 'counts', t.s .. ':' .. t.b)
   if t.p then zrem(root .. 'p:' .. t.p, id) end
   for i = 1, #t.tags do zrem(root .. 'tag:' .. t.tags[i], id) end
+  queue_remove(root, id, t)
 end
 
 local function tag_set(t)
@@ -112,6 +152,11 @@ end
 -- status change moves one composite entry and four counters, not every tag entry.
 local function index_move(root, id, old, new)
   local moved_time = old.c ~= new.c
+  if old.s ~= new.s or old.b ~= new.b or old.n ~= new.n or moved_time or old.nb ~= new.nb
+    or old.pr ~= new.pr then
+    queue_remove(root, id, old)
+    queue_add(root, id, new)
+  end
   if old.s ~= new.s or old.b ~= new.b or old.n ~= new.n or moved_time then
     zrem(root .. 'ix:' .. old.s .. ':' .. old.b .. ':' .. old.n, id)
     count_down(root .. 'nm:' .. old.s .. ':' .. old.b, old.n)

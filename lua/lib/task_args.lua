@@ -14,7 +14,8 @@
 local LEASE_FIELDS = { lo = true, lu = true }
 -- The fields the script itself needs to see (the index view and the version); the others go
 -- to HSET straight from ARGV (unpack(ARGV, args.from, args.to)), never copied.
-local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, v = true }
+local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, v = true,
+                    nb = true, pr = true }
 
 -- Returns (args = { id, token, expect, dels, from, to, view, version }, nil, next position)
 -- or (nil, badarg reply). The pairs to write are ARGV[from .. to]. Only create passes
@@ -54,12 +55,16 @@ local function read_task_args(allow_lease, pos, counted)
       return nil, badarg('may not write lease field ' .. field)
     end
   end
-  local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]' }
+  local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]',
+                 nb = map.nb, pr = map.pr }
   if not view.s or not STATUSES[view.s] then return nil, badarg('unknown status') end
   if not is_uint(view.b) then return nil, badarg('bucket is not a canonical integer') end
   if not is_uint(view.c) then return nil, badarg('created_at is not a canonical integer') end
   if not is_uint(map.v) then return nil, badarg('status_version is not a canonical integer') end
   if not view.n or view.n == '' then return nil, badarg('name missing') end
+  if view.nb and not is_uint(view.nb) then return nil, badarg('not_before malformed') end
+  if view.pr == '0' then view.pr = nil end -- 0 is the default, stored as no field
+  if not is_priority(view.pr) then return nil, badarg('priority malformed') end
   view.tags = decode_tags(view.g)
   if not view.tags then return nil, badarg('tags are not a JSON array of strings') end
   args.dels, args.from, args.to, args.view, args.version = dels, from, to, view, map.v

@@ -50,13 +50,24 @@ class RedisExtensions(Driver[ClusterCalls]):
         limit: int = 50,
         names: Sequence[str] = (),
     ) -> list[TaskSnapshot]:
-        """Start up to ``limit`` ``PENDING`` tasks of ``buckets`` whose ``not_before`` has
-        passed, oldest first: for each, the compare-and-set to ``RUNNING``, the lease, the
+        """Start up to ``limit`` due ``PENDING`` tasks of ``buckets`` in start order (higher
+        priority, then due earliest; ``lua/lib/indexes.lua``'s start queues): for each, the compare-and-set to ``RUNNING``, the lease, the
         heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
         the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
+        self.prepare_start_order()
         return self._perform(
             worker_ops.start_tasks(self.keys, owner, now, lease_until, buckets, limit, names)
         )
+
+    def prepare_start_order(self) -> int:
+        """Queue the PENDING tasks of a namespace written before the start queues (once per
+        namespace, ``worker_ops.upgrade_start_order``; once per store, one ``HGET``, after
+        that). ``start_tasks`` calls it first. Returns the index entries looked at."""
+        if getattr(self, "_start_order_ready", False):
+            return 0
+        looked = self._perform(worker_ops.upgrade_start_order(self.keys))
+        self._start_order_ready = True
+        return looked
 
     def commit_tasks(
         self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]

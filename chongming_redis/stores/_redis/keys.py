@@ -89,6 +89,7 @@ TASK_FIELDS: dict[str, str] = {
     "lease_until": "lu",
     "attempt": "at",
     "not_before": "nb",
+    "priority": "pr",
 }
 TASK_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in TASK_FIELDS.items()}
 

@@ -28,6 +28,7 @@ from chongming_redis.stores.codec import (
     RowError,
     decode_dt,
     decode_payload,
+    int_value,
     row_to_command,
     row_to_snapshot,
     row_to_transition,
@@ -85,8 +86,9 @@ def hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[
 
 #: Task columns not written when they hold the value a reader assumes for a missing field, so
 #: the common case costs no hash field: no tags (``[]``) is most tasks. Lua reads a missing
-#: ``g`` as ``'[]'`` (lib/task_view, lib/task_args), the codec a missing tags column as none.
-_DEFAULTS_LEFT_OUT = {"tags": "[]"}
+#: ``g`` as ``'[]'`` (lib/task_view, lib/task_args), the codec a missing tags column as none;
+#: priority 0 (most tasks) likewise: a missing ``pr`` is 0 in Lua and in the codec.
+_DEFAULTS_LEFT_OUT: dict[str, object] = {"tags": "[]", "priority": 0}
 
 
 def task_hash_changes(columns: Row, fields: dict[str, str]) -> tuple[list[Any], list[str]]:
@@ -148,7 +150,7 @@ _STATUSES = {status.value.encode(): status for status in TaskStatus}
 #: that is not UTF-8 (which the strict decoder refuses), goes the strict way.
 _KNOWN_FIELDS = frozenset(
     f.encode() for f in ("n", "s", "v", "c", "u", "g", "b", "k", "p", "a", "r", "hb", "lo",
-                         "lu", "at", "nb", "w", "fs")
+                         "lu", "at", "nb", "pr", "w", "fs")
 )  # fmt: skip
 
 
@@ -192,6 +194,7 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
             lease_until=_when(f.get(b"lu")),
             attempt=_uint(f[b"at"]),
             not_before=_when(f.get(b"nb")),
+            priority=0 if (priority := f.get(b"pr")) is None else int_value(priority),
         )
     except Exception:  # KeyError, UnicodeDecodeError, ValueError, msgpack's own types, ...
         return None

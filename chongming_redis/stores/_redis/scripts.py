@@ -86,6 +86,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "query",
     "pool_tick",
     "start_tasks",
+    "upgrade_start_order",
     "commit_tasks",
     "changes",
     "task_commands",

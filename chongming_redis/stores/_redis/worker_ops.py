@@ -205,6 +205,40 @@ def start_tasks(
     return [decode_task(keys, text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply), 2)]
 
 
+#: Index entries per ``upgrade_start_order`` call.
+UPGRADE_SLICE = 500
+#: The ``{ns}:meta`` field that says the start queues hold every PENDING task.
+START_ORDER_FIELD = "so"
+
+
+def upgrade_start_order(keys: Keys) -> Plan[int]:
+    """Queue the PENDING tasks of a namespace written before the start queues
+    (``lua/upgrade_start_order.lua``), once: a namespace whose ``{ns}:meta`` has ``so`` costs
+    one ``HGET``. Walks ``nm:pending:<b>`` for every bucket with pending tasks (the ``counts``
+    hash names them), slice by slice. Returns the index entries looked at."""
+    done = yield Read(keys.meta, "hget", (keys.meta, START_ORDER_FIELD))
+    if done is not None:
+        return 0
+    counts = yield Read(keys.counts, "hgetall", (keys.counts,))
+    prefix = b"pending:"
+    buckets = sorted(int(f[len(prefix):]) for f in counts if f.startswith(prefix))
+    looked = 0
+    for bucket in buckets:
+        names = yield Read(keys.bucket_names("pending", bucket), "hkeys",
+                           (keys.bucket_names("pending", bucket),))  # fmt: skip
+        for name in sorted(text(n) for n in names):
+            offset = 0
+            while True:
+                reply = yield script("upgrade_start_order", [keys.root],
+                                     [bucket, name, offset, UPGRADE_SLICE])  # fmt: skip
+                read = int(reply[1])
+                looked, offset = looked + read, offset + read
+                if read < UPGRADE_SLICE:
+                    break
+    yield Read(keys.meta, "hset", (keys.meta, START_ORDER_FIELD, 1))
+    return looked
+
+
 def record_task_types(keys: Keys, names: Collection[str]) -> Plan[None]:
     """``TaskTypesStore.record_task_types``: one ``SADD`` (a union with what is recorded). A
     worker's write, and the one plain command that writes (``_redis.durability.WRITING_READS``:

@@ -50,6 +50,7 @@ POSTGRES = Dialect(
     bigint="bigint",
     for_update=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
+    greatest="GREATEST",
     large_set=_large_set,
 )
 

@@ -12,7 +12,7 @@ bytes, and UTF-8 byte order is code-point order (a ``text`` column would need ``
 Tables (``schema_statements``):
 
 * ``tasks`` — one row per task, the codec's ``SNAPSHOT_COLUMNS`` plus ``feed_position`` (its
-  place in the change feed). Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a
+  place in the change feed); ``priority`` and the start order index came with version 2. Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a
   float stays a float in any dialect.
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
   the ``tags`` JSON would let ``a"io`` match ``io``).
@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from chongming_redis.errors import UnsupportedSchema
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Above this many values an ``IN (?, ?, ...)`` list is replaced by the dialect's set parameter
 #: (old SQLite builds allow 999 parameters per statement).
@@ -78,6 +78,8 @@ class Dialect:
     for_update: str = ""
     #: Appended to a claim's SELECT: rows another transaction holds are skipped, not waited for.
     skip_locked: str = ""
+    #: The function of the larger of two integers (SQLite's two-argument ``max``).
+    greatest: str = "max"
     #: ``(column, values) -> (condition, params)`` for sets above ``MAX_IN_LIST``.
     large_set: Callable[[str, Sequence[int]], tuple[str, list[object]]] = field(
         default=_in_placeholders
@@ -164,8 +166,27 @@ def _v1(d: Dialect) -> list[str]:
     ]
 
 
+def ready_ms(d: Dialect) -> str:
+    """When a task became due, in whole milliseconds: ``max(created_at, not_before)``, the
+    second key of the start order (``model.start_rank``). The start index and the start query
+    spell it the same way, so the query walks the index."""
+    return f"({d.greatest}(created_at, COALESCE(not_before, 0)) / 1000)"
+
+
+def _v2(d: Dialect) -> list[str]:
+    """Priorities: a ``priority`` column (0 for the rows already there) and the start order
+    index: per status, higher priority first, then due earliest, then id. A start call walks
+    it in order and stops after ``limit`` due rows of its buckets; tasks not yet due sort after
+    the due ones of their priority."""
+    return [
+        f"ALTER TABLE tasks ADD COLUMN priority {d.bigint} NOT NULL DEFAULT 0",
+        f"CREATE INDEX IF NOT EXISTS tasks_start ON tasks (status, priority DESC, {ready_ms(d)},"
+        " task_id)",
+    ]
+
+
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1}
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 

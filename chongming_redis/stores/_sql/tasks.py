@@ -29,7 +29,7 @@ from chongming_redis.stores._sql.rows import (
     text,
     values_of,
 )
-from chongming_redis.stores._sql.schema import Tx
+from chongming_redis.stores._sql.schema import Tx, ready_ms
 from chongming_redis.stores.codec import (
     SNAPSHOT_COLUMNS,
     TRANSITION_COLUMNS,
@@ -120,7 +120,8 @@ def start(
     limit: int,
     names: Sequence[str],
 ) -> list[TaskSnapshot]:
-    """``start_tasks``: the oldest eligible ``PENDING`` tasks of ``buckets`` to ``RUNNING``,
+    """``start_tasks``: the first due ``PENDING`` tasks of ``buckets`` in start order (the
+    ``tasks_start`` index: higher priority, then due earliest) to ``RUNNING``,
     each with its lease, heartbeat, feed position and history entry."""
     feed.lock()  # the head before any task row (FeedPositions.lock)
     d, moment, until = tx.dialect, encode_dt(now), encode_dt(lease_until)
@@ -133,7 +134,7 @@ def start(
         params.extend(name_params)
     rows = tx.rows(
         f"SELECT {TASK_SELECT} FROM tasks WHERE {' AND '.join(conditions)}"
-        f" ORDER BY created_at, task_id LIMIT ?{d.skip_locked}",
+        f" ORDER BY priority DESC, {ready_ms(d)}, task_id LIMIT ?{d.skip_locked}",
         [*params, limit],
     )
     started = []

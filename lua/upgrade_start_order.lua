@@ -1,0 +1,46 @@
+#!lua
+--[[ upgrade_start_order: put the PENDING tasks of one pending index key into the start queues.
+
+Namespaces written before the start queues (lib/indexes: rq/dq) have PENDING tasks in their
+query index only; start_tasks reads the queues alone. The store runs this once per namespace
+(RedisTaskStore, before its first start), one slice of one index key per call, then records
+`so` in {ns}:meta. Idempotent: a task already queued (in rq or dq) is left where it is, so a
+run cut short is simply run again.
+
+KEYS[1]  {ns}:   the namespace root
+ARGV[1]  bucket
+ARGV[2]  task name
+ARGV[3]  offset into {ns}:ix:pending:<bucket>:<name> (0-based)
+ARGV[4]  count (1..1000)
+
+Replies
+  {'OK', read}     read: entries of the index slice looked at (< count: the key is done)
+  {'CORRUPT', key, field, detail}   a listed task does not decode; nothing written
+  {'BADARG', detail}
+Bound: `count` index entries read, as many tasks read and queued.
+Invariants: writes only start queue entries of PENDING tasks, each at the place lib/indexes
+gives it; never a task hash, count or feed position.
+]]
+--- @include "lib/common"
+--- @include "lib/indexes"
+
+local root, bucket, name, offset, count = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if not is_uint(bucket) or not name or name == '' then return badarg('bucket/name malformed') end
+if not is_uint(offset) or not is_uint(count) then return badarg('offset/count malformed') end
+count = tonumber(count)
+if count < 1 or count > 1000 then return badarg('count out of range') end
+local index = root .. 'ix:pending:' .. bucket .. ':' .. name
+local ids, kind = try_read('ZRANGE', index, offset, tonumber(offset) + count - 1)
+if not ids then return corrupt(index, '', 'index holds a ' .. kind .. ', not a sorted set') end
+local rq, dq = root .. 'rq:' .. bucket .. ':' .. name, root .. 'dq:' .. bucket .. ':' .. name
+for _, id in ipairs(ids) do
+  local key = root .. 't:' .. id
+  local view, bad = read_index_view(key)
+  if not view then return bad end
+  local queued = try_read('ZSCORE', rq, id) or try_read('ZSCORE', dq, id)
+  if view.s == 'pending' and not queued then queue_add(root, id, view) end
+end
+local broken = index_check()
+if broken then return broken end
+index_flush()
+return { 'OK', #ids }

@@ -26,7 +26,6 @@ from chongming_redis.validation import (
     check_text,
 )
 
-
 #: ``TaskSnapshot.priority`` bounds: higher starts first among due tasks; 0 is the default.
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 

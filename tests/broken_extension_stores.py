@@ -21,7 +21,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
-from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import (
+    Command,
+    Progress,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Transition,
+    start_rank,
+)
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import encode_dt as snapshot_to_row_dt
 from chongming_redis.stores.codec import snapshot_to_row
@@ -270,7 +278,7 @@ class _Starter(InMemoryTaskStore):
         )
 
     def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
-        return sorted(ready, key=lambda s: (s.created_at, s.task_id))[:limit]
+        return sorted(ready, key=_rank)[:limit]
 
     def start_one(
         self, s: TaskSnapshot, owner: str, now: datetime, until: datetime
@@ -291,6 +299,94 @@ class _Starter(InMemoryTaskStore):
     def record(self, s: TaskSnapshot, owner: str, now: datetime) -> None:
         reason = f"started by {owner} (attempt {s.attempt})"
         self.append(Transition(s.task_id, s.status_version + self.step, P, R, now, reason))
+
+
+def _rank(s: TaskSnapshot) -> tuple[int, int, str]:
+    nb = None if s.not_before is None else snapshot_to_row_dt(s.not_before)
+    return start_rank(s.priority, snapshot_to_row_dt(s.created_at), nb, s.task_id)
+
+
+class StartLooksOnlyAtTheOldestFew(_Starter):
+    """start_tasks takes the oldest 2 * limit PENDING tasks of each bucket by created_at and
+    skips those not yet due, looking no further: delayed tasks at the head stall due ones
+    (the Redis store's defect before its start queues)."""
+
+    def start_tasks(self, *, owner: str, now: datetime, lease_until: datetime,
+                    buckets: Sequence[int], limit: int = 50,
+                    names: Sequence[str] = ()) -> list[TaskSnapshot]:  # fmt: skip
+        wanted, types = check.check_start(owner, now, lease_until, buckets, limit, names)
+        heads: list[TaskSnapshot] = []
+        for b in wanted:
+            query = TaskQuery(statuses=frozenset({P}), buckets=frozenset({b}), limit=2 * limit)
+            heads += [s for s in self.query(query) if self.eligible(s, now, wanted, types)]
+        return [self.start_one(s, owner, now, lease_until) for s in self.pick(heads, limit)]
+
+
+class StartIgnoresPriority(_Starter):
+    """start_tasks starts the oldest due tasks whatever their priority."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        return super().pick([replace(s, priority=0) for s in ready], limit)
+
+
+class StartLowPriorityFirst(_Starter):
+    """start_tasks reads priority the other way round (lower first, BullMQ's convention)."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        return sorted(ready, key=lambda s: _rank(replace(s, priority=-s.priority)))[:limit]
+
+
+class StartOrdersByCreatedNotByDue(_Starter):
+    """start_tasks orders equal priorities by created_at, so a retry due later (an old task
+    with a backoff) jumps ahead of tasks that were waiting before it came due."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        return sorted(ready, key=lambda s: (-s.priority, s.created_at, s.task_id))[:limit]
+
+
+class StartBreaksTiesNewestFirst(_Starter):
+    """start_tasks orders equal priorities last come, first served."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        def key(s: TaskSnapshot) -> tuple[int, int, str]:
+            rank = _rank(s)
+            return (rank[0], -rank[1], rank[2])
+
+        return sorted(ready, key=key)[:limit]
+
+
+class StartForgetsThePriorityOfADelayedTask(_Starter):
+    """start_tasks ranks a task that had a not_before as priority 0 once it is due (a
+    promotion from the delayed queue that drops the priority)."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        flat = [replace(s, priority=0) if s.not_before is not None else s for s in ready]
+        order = [s.task_id for s in sorted(flat, key=_rank)[:limit]]
+        return sorted(
+            (s for s in ready if s.task_id in order), key=lambda s: order.index(s.task_id)
+        )
+
+
+class StartOrderKeepsThePriorityOfTheCreate(_Starter):
+    """start_tasks ranks each task by the priority it was created with: a save that changes
+    it does not move the task (a start queue not kept in step with the task)."""
+
+    def create(self, snapshot: TaskSnapshot) -> None:
+        super().create(snapshot)
+        self.__dict__.setdefault("created_priority", {})[snapshot.task_id] = snapshot.priority
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        first = self.__dict__.get("created_priority", {})
+        return sorted(ready, key=lambda s: _rank(replace(s, priority=first.get(s.task_id, 0))))[
+            :limit
+        ]
+
+
+class SaveDropsThePriority(InMemoryTaskStore):
+    """save writes every field but the priority (back to 0): a retry loses its priority."""
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        super().save(replace(snapshot, priority=0), expect_version=expect_version)
 
 
 class StartIgnoresNotBefore(_Starter):
@@ -894,6 +990,14 @@ READS_REFUSE = "test_get_command_refuses_bad_ids_and_a_closed_store"
 
 #: Broken store -> the ExtensionsContract test that pins the rule it breaks.
 CAUGHT_BY: dict[str, str] = {
+    "StartLooksOnlyAtTheOldestFew": "test_delayed_tasks_in_front_of_a_due_one_in_every_bucket_never_hold_it_back",
+    "StartIgnoresPriority": "test_higher_priority_starts_first_within_a_call_and_across_buckets",
+    "StartLowPriorityFirst": "test_higher_priority_starts_first_within_a_call_and_across_buckets",
+    "StartOrdersByCreatedNotByDue": "test_equal_priorities_start_first_come_first_served_by_when_they_became_due",
+    "StartBreaksTiesNewestFirst": "test_equal_priorities_start_first_come_first_served_by_when_they_became_due",
+    "StartForgetsThePriorityOfADelayedTask": "test_a_higher_priority_task_not_yet_due_waits_and_then_goes_first",
+    "StartOrderKeepsThePriorityOfTheCreate": "test_a_saved_priority_change_moves_the_task_in_the_start_order",
+    "SaveDropsThePriority": "test_a_retry_keeps_its_priority_and_goes_before_older_tasks_of_lower_priority",
     "CommitFailedItemWritesHistory": CONFLICT,
     "CommitAllowsATaskTwice": "test_a_task_named_twice_in_one_call_is_refused_and_nothing_is_written",
     "CommitSaveWritesTheLease": KEEPS_LEASE,

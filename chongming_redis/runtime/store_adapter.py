@@ -138,9 +138,10 @@ class StoreAdapter:
         bucket below ``num_buckets``) and of ``names`` (empty: any), as ``start_tasks`` does.
 
         Without batching: a query of the oldest ``PENDING`` tasks (``_due``: due ones in start
-        order), then per task a compare-and-set ``save`` to ``RUNNING``, a fenced ``touch`` for the lease and an
-        ``append``; a task another worker started first is skipped. A lease or history write
-        that fails is reported in ``Started`` for the caller to retry, never lost."""
+        order), then per task a compare-and-set ``save`` to ``RUNNING``, a fenced ``touch``
+        for the lease and an ``append``; a task another worker started first is skipped. A
+        lease or history write that fails is reported in ``Started`` for the caller to retry,
+        never lost."""
         if self._batching is not None:
             wanted = range(num_buckets) if buckets is None else sorted(buckets)
             started = self._batching.start_tasks(

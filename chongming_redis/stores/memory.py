@@ -380,8 +380,8 @@ class _Guard:
 def _start_rank(row: Row) -> tuple[int, int, str]:
     not_before = row["not_before"]
     return start_rank(
-        int(row.get("priority") or 0),  # type: ignore[arg-type]
+        int(row.get("priority") or 0),
         int(row["created_at"]),  # type: ignore[arg-type]
-        None if not_before is None else int(not_before),  # type: ignore[arg-type]
+        None if not_before is None else int(not_before),
         str(row["task_id"]),
     )

@@ -58,6 +58,7 @@ from chongming_redis.testing.extensions.batching import BatchingContract, entry,
 from chongming_redis.testing.extensions.dashboard_reads import DashboardReadsContract
 from chongming_redis.testing.extensions.paged_queries import PagedQueryContract
 from chongming_redis.testing.extensions.producer_reads import ProducerReadsContract
+from chongming_redis.testing.extensions.start_order import StartOrderContract
 
 __all__ = ["ExtensionsContract"]
 
@@ -66,6 +67,7 @@ P, R, PA, OK = PENDING, RUNNING, PAUSED, SUCCEEDED
 
 class ExtensionsContract(
     BatchingContract,
+    StartOrderContract,
     ProducerReadsContract,
     PagedQueryContract,
     DashboardReadsContract,

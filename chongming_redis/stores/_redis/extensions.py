@@ -51,9 +51,10 @@ class RedisExtensions(Driver[ClusterCalls]):
         names: Sequence[str] = (),
     ) -> list[TaskSnapshot]:
         """Start up to ``limit`` due ``PENDING`` tasks of ``buckets`` in start order (higher
-        priority, then due earliest; ``lua/lib/indexes.lua``'s start queues): for each, the compare-and-set to ``RUNNING``, the lease, the
-        heartbeat and the history entry, all in one script (``lua/start_tasks.lua``). Returns
-        the started tasks as stored. ``names``: only tasks of these types (empty: any)."""
+        priority, then due earliest; ``lua/lib/indexes.lua``'s start queues): for each, the
+        compare-and-set to ``RUNNING``, the lease, the heartbeat and the history entry, all in
+        one script (``lua/start_tasks.lua``). Returns the started tasks as stored.
+        ``names``: only tasks of these types (empty: any)."""
         self.prepare_start_order()
         return self._perform(
             worker_ops.start_tasks(self.keys, owner, now, lease_until, buckets, limit, names)

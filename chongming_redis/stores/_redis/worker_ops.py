@@ -221,7 +221,7 @@ def upgrade_start_order(keys: Keys) -> Plan[int]:
         return 0
     counts = yield Read(keys.counts, "hgetall", (keys.counts,))
     prefix = b"pending:"
-    buckets = sorted(int(f[len(prefix):]) for f in counts if f.startswith(prefix))
+    buckets = sorted(int(f[len(prefix) :]) for f in counts if f.startswith(prefix))
     looked = 0
     for bucket in buckets:
         names = yield Read(keys.bucket_names("pending", bucket), "hkeys",

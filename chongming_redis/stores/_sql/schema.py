@@ -12,8 +12,9 @@ bytes, and UTF-8 byte order is code-point order (a ``text`` column would need ``
 Tables (``schema_statements``):
 
 * ``tasks`` — one row per task, the codec's ``SNAPSHOT_COLUMNS`` plus ``feed_position`` (its
-  place in the change feed); ``priority`` and the start order index came with version 2. Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a
-  float stays a float in any dialect.
+  place in the change feed); ``priority`` and the start order index came with version 2.
+  Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a float stays a float in any
+  dialect.
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
   the ``tags`` JSON would let ``a"io`` match ``io``).
 * ``history`` — ``(task_id, version)`` primary key: ``append`` is ``ON CONFLICT DO NOTHING``.

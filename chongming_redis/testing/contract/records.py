@@ -72,6 +72,28 @@ class RecordRules(ContractBase):
         assert isinstance(got.params["bytes"], bytes)
         assert self.store.query() == [expected]
 
+    def test_priority_round_trips_at_its_bounds_and_changes_only_by_save(self) -> None:
+        """``priority`` is stored as given (-100..100; 0 by default) and a save can change
+        it; a store that drops it would start every retry as priority 0."""
+        low, high = snapshot("low", priority=-100), snapshot("high", priority=100)
+        self.store.create(low)
+        self.store.create(high)
+        self.store.create(snapshot("plain"))
+        assert self.store.get("low") == low and self.store.get("high") == high
+        plain = self.store.get("plain")
+        assert plain is not None and plain.priority == 0
+        bumped = replace(low, status_version=low.status_version + 1, priority=7)
+        self.store.save(bumped, expect_version=low.status_version)
+        assert self.store.get("low") == bumped
+        assert {s.task_id: s.priority for s in self.store.query()} == {
+            "low": 7,
+            "high": 100,
+            "plain": 0,
+        }
+        self.store.touch("high", heartbeat_at=at(5))
+        stored = self.store.get("high")
+        assert stored is not None and stored.priority == 100, "touch leaves the priority"
+
     def test_a_minimal_snapshot_round_trips_exactly(self) -> None:
         original = snapshot("min")
         self.store.create(original)

@@ -179,6 +179,7 @@ def full_snapshot() -> TaskSnapshot:
         heartbeat_at=datetime(2024, 3, 10, 15, 0, 0, 1, tzinfo=timezone(timedelta(hours=2))),
         attempt=3,
         not_before=datetime(2024, 3, 11, 0, 0, 0, 999999, tzinfo=timezone(timedelta(hours=9))),
+        priority=-42,
     )
 
 

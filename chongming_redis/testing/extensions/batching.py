@@ -163,13 +163,15 @@ class BatchingContract(ContractBase):
         assert self.store.get("done") == task("done", OK, 3)
 
     def test_start_respects_not_before_order_and_limit(self) -> None:
+        """Due tasks start in the order they became due (``max(created_at, not_before)``),
+        ties by id; a task due exactly ``now`` is due."""
         if (store := self.batching()) is None:
             return
         self.put(task("late", created=1, not_before=at(100.000001)),
                  task("due", created=2, not_before=at(100)), task("d", created=3),
                  task("c", created=3), task("old", created=0.5), task("e", created=4))  # fmt: skip
-        assert self.start(store, limit=3) == ["old", "due", "c"]
-        assert self.start(store, limit=3) == ["d", "e"]
+        assert self.start(store, limit=3) == ["old", "c", "d"]
+        assert self.start(store, limit=3) == ["e", "due"]
         assert self.start(store, now=at(101)) == ["late"]
 
     def test_start_takes_the_oldest_tasks_across_buckets_up_to_the_limit(self) -> None:

@@ -23,11 +23,9 @@ from chongming_redis.validation import (
     check_optional_dt,
     check_optional_identifier,
     check_optional_text,
+    check_priority,
     check_text,
 )
-
-#: ``TaskSnapshot.priority`` bounds: higher starts first among due tasks; 0 is the default.
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
 
 
 class TaskStatus(str, Enum):
@@ -200,7 +198,7 @@ _SNAPSHOT_CHECKS: dict[str, Callable[[Any], Any]] = {
     "lease_until": lambda v: check_optional_dt(v, "lease_until"),
     "attempt": lambda v: check_int(v, "attempt"),
     "not_before": lambda v: check_optional_dt(v, "not_before"),
-    "priority": lambda v: check_int(v, "priority", minimum=MIN_PRIORITY, maximum=MAX_PRIORITY),
+    "priority": check_priority,
 }
 
 

@@ -72,6 +72,11 @@ def check_int(value: object, what: str, *, minimum: int = 0, maximum: int = MAX_
     return value
 
 
+def check_priority(value: object) -> int:
+    """A task priority: an ``int`` in -100..100 (``TaskSnapshot.priority``)."""
+    return check_int(value, "priority", minimum=-100, maximum=100)
+
+
 def check_number(value: object, what: str) -> int | float:
     """A finite ``int`` or ``float`` (never ``bool``), for progress counters."""
     if type(value) is int:

@@ -37,7 +37,8 @@ T0 = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 TRACEBACK = 'Traceback (most recent call last):\n  File "tasks.py", line 9\nValueError: [bold]no'
 TASK_KEYS = {
     "task_id", "status", "status_version", "name", "bucket", "key", "tags", "pipeline_run_id",
-    "attempt", "created_at", "updated_at", "not_before", "heartbeat_at", "lease_owner",
+    "attempt", "priority", "created_at", "updated_at", "not_before", "heartbeat_at",
+    "lease_owner",
     "lease_until", "progress", "failure",
 }  # fmt: skip
 

@@ -134,13 +134,14 @@ def tasks_table(found: Sequence[TaskSnapshot], *, title: str, now: datetime) -> 
     table.add_column("status", no_wrap=True, min_width=9)
     table.add_column("progress", no_wrap=True)
     table.add_column("try", justify="right", no_wrap=True, min_width=3)
+    table.add_column("pri", justify="right", no_wrap=True, min_width=3)
     table.add_column("bkt", justify="right", no_wrap=True, min_width=3)
     table.add_column(f"created ({zone_name()})", no_wrap=True)
     table.add_column("held by", no_wrap=True)
     for t in found:
         table.add_row(
             Text(t.task_id), Text(t.name), status_text(t.status), progress_bar(t.progress),
-            str(t.attempt), str(t.bucket), short_local(t.created_at, now),
+            str(t.attempt), str(t.priority), str(t.bucket), short_local(t.created_at, now),
             Text(t.lease_owner or "" if holds(t) else ""),
         )  # fmt: skip
     return table
@@ -171,6 +172,8 @@ def _fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:
     state = status_text(s.status) + Text(f"  (version {s.status_version}, attempt {s.attempt})")
     yield from (("task", Text(s.task_id)), ("name", Text(s.name)), ("status", state))
     yield "bucket", str(s.bucket) + ("" if s.key is None else f"  (key {s.key})")
+    if s.priority:
+        yield "priority", str(s.priority)
     if s.tags:
         yield "tags", Text(", ".join(sorted(s.tags)))
     if s.pipeline_run_id:

@@ -37,7 +37,7 @@ def _cli_owner() -> str:
 
 @commands.command(
     epilog="Example: chongming-redis submit tasks:app resize --params '{\"width\": 640}' "
-    "--count 100 --delay 30 --tag batch"
+    "--count 100 --delay 30 --tag batch --priority 5"
 )
 def submit(
     app_spec: Annotated[str, typer.Argument(metavar="APP")],
@@ -49,6 +49,10 @@ def submit(
     delay: Annotated[
         float, typer.Option(help="seconds from now before the task may start (sets not_before)")
     ] = 0.0,
+    priority: Annotated[
+        int | None,
+        typer.Option(help="-100..100, higher starts first (default: the task type's, else 0)"),
+    ] = None,
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
@@ -66,6 +70,8 @@ def submit(
         if not (math.isfinite(delay) and 0 <= delay <= MAX_DELAY):
             raise UserError(f"--delay must be a number of seconds from 0 to {MAX_DELAY:.0f}, "
                             f"not {delay}")  # fmt: skip
+        if priority is not None and not -100 <= priority <= 100:
+            raise UserError(f"--priority must be an integer from -100 to 100, not {priority}")
         try:
             decoded = json.loads(params)
         except json.JSONDecodeError as exc:
@@ -83,7 +89,7 @@ def submit(
             while done < count:  # up to SUBMIT_BATCH per round trip
                 batch = [decoded] * min(SUBMIT_BATCH, count - done)
                 handles = client.submit_many(name, batch, key=key, tags=tag or (),
-                                             delay=delay or None)  # fmt: skip
+                                             delay=delay or None, priority=priority)  # fmt: skip
                 sys.stdout.write("".join(f"{h.task_id}\n" for h in handles))
                 sys.stdout.flush()
                 done += len(handles)

@@ -157,12 +157,15 @@ class Client(ClientFlows):
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
         not_before: datetime | None = None,
+        priority: int | None = None,
     ) -> TaskHandle:
         """Create one ``PENDING`` task; validated (name, parameters, options) before anything
-        is written. ``delay`` (seconds) or ``not_before``: no worker starts it earlier."""
+        is written. ``delay`` (seconds) or ``not_before``: no worker starts it earlier.
+        ``priority`` (-100..100; default: the task type's, else 0): higher starts first among
+        due tasks."""
         flow = self._submit_flow(task, params, key=key, tags=tags, task_id=task_id,
                                  pipeline_run_id=pipeline_run_id, delay=delay,
-                                 not_before=not_before)  # fmt: skip
+                                 not_before=not_before, priority=priority)  # fmt: skip
         return TaskHandle(self, self._drive(flow))
 
     def submit_many(
@@ -174,11 +177,13 @@ class Client(ClientFlows):
         tags: Iterable[str] = (),
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
+        priority: int | None = None,
     ) -> builtins.list[TaskHandle]:
         """One task per parameter set (on Redis, 100 per round trip). Every set is validated
         before anything is written; an empty list writes nothing."""
         flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
-                                      pipeline_run_id=pipeline_run_id, delay=delay)  # fmt: skip
+                                      pipeline_run_id=pipeline_run_id, delay=delay,
+                                      priority=priority)  # fmt: skip
         return [TaskHandle(self, task_id) for task_id in self._drive(flow)]
 
     def handle(self, task_id: str) -> TaskHandle:

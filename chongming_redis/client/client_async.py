@@ -148,11 +148,12 @@ class AsyncClient(ClientFlows):
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
         not_before: datetime | None = None,
+        priority: int | None = None,
     ) -> AsyncTaskHandle:
         """``Client.submit``."""
         flow = self._submit_flow(task, params, key=key, tags=tags, task_id=task_id,
                                  pipeline_run_id=pipeline_run_id, delay=delay,
-                                 not_before=not_before)  # fmt: skip
+                                 not_before=not_before, priority=priority)  # fmt: skip
         return AsyncTaskHandle(self, await self._drive(flow))
 
     async def submit_many(
@@ -164,10 +165,12 @@ class AsyncClient(ClientFlows):
         tags: Iterable[str] = (),
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
+        priority: int | None = None,
     ) -> builtins.list[AsyncTaskHandle]:
         """``Client.submit_many``."""
         flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
-                                      pipeline_run_id=pipeline_run_id, delay=delay)  # fmt: skip
+                                      pipeline_run_id=pipeline_run_id, delay=delay,
+                                      priority=priority)  # fmt: skip
         return [AsyncTaskHandle(self, task_id) for task_id in await self._drive(flow)]
 
     def handle(self, task_id: str) -> AsyncTaskHandle:

@@ -152,12 +152,13 @@ class ClientFlows:
         pipeline_run_id: str | None,
         delay: float | timedelta | None,
         not_before: datetime | None,
+        priority: int | None = None,
     ) -> Flow[str]:
         """The new task's id."""
         name, task_type = yield from self._resolve_flow(task)
         now: datetime = yield Now()
         spec = submission.NewTask(name, params, key=key, tags=tags, task_id=task_id,
-                                  pipeline_run_id=pipeline_run_id,
+                                  pipeline_run_id=pipeline_run_id, priority=priority,
                                   not_before=not_before_of(now, delay, not_before))  # fmt: skip
         buckets = yield from self._bucket_policy_flow()
         snapshot, transition = submission.new_task(spec, task_type, now=now, buckets=buckets,
@@ -177,6 +178,7 @@ class ClientFlows:
         tags: Iterable[str],
         pipeline_run_id: str | None,
         delay: float | timedelta | None,
+        priority: int | None = None,
     ) -> Flow[list[str]]:
         """The new tasks' ids; every parameter set is validated before anything is written.
         ``key``: every task's bucket key (one bucket for all; default: each task's id)."""
@@ -186,7 +188,7 @@ class ClientFlows:
         buckets, tag_set = (yield from self._bucket_policy_flow()), frozenset(tags)
         prepared = []
         for params in params_list:
-            spec = submission.NewTask(name, params, key=key, tags=tag_set,
+            spec = submission.NewTask(name, params, key=key, tags=tag_set, priority=priority,
                                       pipeline_run_id=pipeline_run_id, not_before=when)  # fmt: skip
             prepared.append(submission.new_task(spec, task_type, now=now, buckets=buckets,
                                                 submitted_by=self.name))  # fmt: skip

@@ -43,6 +43,7 @@ def item_to_json(item: TaskSnapshot | Tombstone) -> dict[str, Any]:
         "tags": sorted(item.tags),
         "pipeline_run_id": item.pipeline_run_id,
         "attempt": item.attempt,
+        "priority": item.priority,
         "created_at": _time(item.created_at),
         "updated_at": _time(item.updated_at),
         "not_before": _time(item.not_before),

@@ -24,7 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
-from chongming_redis.validation import check_identifier
+from chongming_redis.validation import check_identifier, check_priority
 
 R = TypeVar("R")
 #: The handle a client's ``submit`` returns (``TaskHandle``, ``AsyncTaskHandle``).
@@ -67,6 +67,8 @@ class TaskType:
     fn: Callable[..., Any]
     params_model: type[BaseModel] | None
     isolation: str = "thread"
+    #: The priority its tasks get unless a submit names one (``TaskSnapshot.priority``).
+    priority: int = 0
 
     def validate(self, params: Any) -> Any:
         """The parameters as they are stored (JSON types), or ``InvalidParams``."""
@@ -109,6 +111,7 @@ class App:
         *,
         params: type[BaseModel] | None = None,
         isolation: str = "thread",
+        priority: int = 0,
     ) -> Callable[[Callable[..., R]], TaskFunction[R]]: ...
 
     def task(
@@ -117,6 +120,7 @@ class App:
         *,
         params: type[BaseModel] | None = None,
         isolation: str = "thread",
+        priority: int = 0,
     ) -> TaskFunction[R] | Callable[[Callable[..., R]], TaskFunction[R]]:
         """Register ``fn(ctx, params)`` under ``name`` (default: the function's name). With a
         pydantic model (``params=`` or the annotation of the second argument), submitted
@@ -124,6 +128,8 @@ class App:
 
         ``isolation="process"`` runs each execution in a child process (CPU-heavy work; stop
         and pause then work without the task's cooperation: see ``runtime/isolation.py``).
+        ``priority`` (-100..100, higher starts first among due tasks) is what its tasks get
+        when a submit names none; a retry keeps its task's priority.
         ``fn`` may be ``async def`` (it runs on the worker's event loop). Its signature is
         checked now: it must accept ``(ctx, params)`` (``TypeError`` otherwise). ``@app.task``
         without parentheses registers the function under its own name. A name registered twice
@@ -132,6 +138,7 @@ class App:
             return self.task()(name)
         if isolation not in ("thread", "process"):
             raise ValueError(f"isolation must be 'thread' or 'process', not {isolation!r}")
+        check_priority(priority)
 
         def register(fn: Callable[..., R]) -> TaskFunction[R]:
             if isinstance(fn, TaskFunction):
@@ -145,7 +152,7 @@ class App:
                 raise ValueError(f"task {task_name!r} is already registered on app "
                                  f"{self.name!r} (by {_where(existing.fn)})")  # fmt: skip
             model = params or _annotated_model(fn, task_name)
-            task_type = TaskType(task_name, fn, model, isolation)
+            task_type = TaskType(task_name, fn, model, isolation, priority)
             self.types[task_name] = task_type
             return TaskFunction(task_type)
 

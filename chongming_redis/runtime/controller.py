@@ -138,12 +138,13 @@ class Controller:
         task_id: str | None = None,
         pipeline_run_id: str | None = None,
         not_before: datetime | None = None,
+        priority: int | None = None,
     ) -> str:
         """Validate and create a ``PENDING`` task; returns its id. A bad submit creates
         nothing: ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
         snapshot, transition = self._new_task(name, params, key=key, tags=tags,
                                               task_id=task_id, pipeline_run_id=pipeline_run_id,
-                                              not_before=not_before)  # fmt: skip
+                                              not_before=not_before, priority=priority)  # fmt: skip
         # The task and its first history entry: in one step where the store batches.
         (error,) = self.adapter.commit([(snapshot, None, [transition])], best_effort_history=True)
         if error is not None:
@@ -151,10 +152,12 @@ class Controller:
         self._nudge_work()
         return snapshot.task_id
 
-    def submit_many(self, name: str, params_list: Iterable[Any]) -> list[str]:
+    def submit_many(
+        self, name: str, params_list: Iterable[Any], *, priority: int | None = None
+    ) -> list[str]:
         """Submit one task per parameter set; on Redis up to 100 per round trip. Every set is
         validated before anything is written."""
-        prepared = [self._new_task(name, params) for params in params_list]
+        prepared = [self._new_task(name, params, priority=priority) for params in params_list]
         items = [(snapshot, None, [transition]) for snapshot, transition in prepared]
         errors = self.adapter.commit(items, best_effort_history=True)
         error = next((e for e in errors if e is not None), None)
@@ -178,8 +181,9 @@ class Controller:
         task_id: str | None = None,
         pipeline_run_id: str | None = None,
         not_before: datetime | None = None,
+        priority: int | None = None,
     ) -> tuple[TaskSnapshot, Transition]:
-        spec = NewTask(name, params, key=key, tags=tags, task_id=task_id,
+        spec = NewTask(name, params, key=key, tags=tags, task_id=task_id, priority=priority,
                        pipeline_run_id=pipeline_run_id, not_before=not_before)  # fmt: skip
         return new_task(spec, self.app.get(name), now=self.clock.now(), buckets=self.buckets,
                         submitted_by=self.owner)  # fmt: skip

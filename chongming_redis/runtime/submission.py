@@ -17,6 +17,7 @@ from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance, holder
 from chongming_redis.stores.codec import encode_payload
+from chongming_redis.validation import check_priority
 
 #: Statuses a task can be retried from by hand (``Client.retry``, ``chongming-redis retry``).
 RETRYABLE = frozenset({TaskStatus.FAILED, TaskStatus.STOPPED, TaskStatus.LOST})
@@ -33,6 +34,8 @@ class NewTask:
     task_id: str | None = None
     pipeline_run_id: str | None = None
     not_before: datetime | None = None
+    #: None: the task type's priority (0 when no app knows the type).
+    priority: int | None = None
 
 
 def resolve(app: App | None, task: str | TaskType) -> tuple[str, TaskType | None]:
@@ -59,12 +62,15 @@ def new_task(
     """A ``PENDING`` task and its first history entry; validates everything before anything
     is written (``InvalidParams``, ``TypeError``, ``ValueError``)."""
     stored = spec.params if task_type is None else task_type.validate(spec.params)
+    priority = spec.priority if spec.priority is not None else (
+        0 if task_type is None else task_type.priority)  # fmt: skip
     task_id = spec.task_id or secrets.token_hex(10)
     snapshot = TaskSnapshot(
         task_id=task_id, name=spec.name, status=TaskStatus.PENDING, status_version=1,
         created_at=now, updated_at=now, tags=frozenset(spec.tags),
         bucket=buckets.bucket_for(spec.key or task_id), key=spec.key,
         pipeline_run_id=spec.pipeline_run_id, params=stored, not_before=spec.not_before,
+        priority=check_priority(priority),
     )  # fmt: skip
     encode_payload(stored, "params")  # refuse an oversized or unencodable payload now
     transition = Transition(

@@ -587,7 +587,7 @@ def all_succeeded(store: Any, n: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.timeout(90)
-def test_three_workers_run_600_tasks_each_started_once_by_its_buckets_owner(
+def test_three_workers_run_600_tasks_each_started_once_mostly_by_its_buckets_owner(
     pool_env: tuple[Workers, Any, Controller], tmp_path: Path
 ) -> None:
     workers, store, client = pool_env
@@ -599,6 +599,7 @@ def test_three_workers_run_600_tasks_each_started_once_by_its_buckets_owner(
     elapsed = time.monotonic() - t0
     runs = runs_of(tmp_path / "runs.txt")
     per_worker: Counter[str] = Counter()
+    by_owner = 0
     for task_id in ids:
         snapshot = store.get(task_id)
         assert snapshot is not None
@@ -609,11 +610,15 @@ def test_three_workers_run_600_tasks_each_started_once_by_its_buckets_owner(
         assert sum(starts.values()) == 1, (task_id, starts)
         ((owner, attempt),) = starts
         assert attempt == 1
-        assert owner == owners[snapshot.bucket]  # only the bucket's owner starts its tasks
         per_worker[owner] += 1
+        by_owner += owner == owners[snapshot.bucket]
     assert runs == Counter({(task_id, 1): 1 for task_id in ids})  # each function ran once
+    # Buckets keep their owners for the common path; a worker whose buckets ran dry takes due
+    # work from the others' (work conservation), never a task twice.
+    assert by_owner >= 300, by_owner
     assert store.pool_state()[1] == owners  # no bucket moved during the run
-    print(f"\n600 tasks on 3 workers in {elapsed:.1f}s; starts per worker {dict(per_worker)}")
+    print(f"\n600 tasks on 3 workers in {elapsed:.1f}s; starts per worker {dict(per_worker)}, "
+          f"{by_owner} by the bucket's owner")  # fmt: skip
     assert set(per_worker) == names
 
 

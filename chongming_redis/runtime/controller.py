@@ -45,6 +45,7 @@ from chongming_redis.runtime.app import App, InvalidParams, TaskFunction, Unknow
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.commands import CommandHandler
+from chongming_redis.runtime.committer import commit_finished
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import HeldTasks, holder
@@ -109,6 +110,7 @@ class Controller:
         self._wake_reconciler = threading.Event()
         self.runner = Runner(self.writer, app=self.app, num_buckets=self.buckets.num_buckets,
                              serving=lambda: self.serve_buckets, accepting=self._accepting,
+                             look_elsewhere=lambda: self.bucket_pool is not None,
                              wake_starter=self._wake_starter)  # fmt: skip
         self.commands = CommandHandler(self.writer, stop_unbegun=self.runner.stop_unbegun,
                                        release_unbegun=self.runner.release_unbegun)  # fmt: skip
@@ -306,7 +308,7 @@ class Controller:
                                          operation="reconcile")),
         ]  # fmt: skip
         if self.runner.group_commit:
-            loops.append(("committer", lambda: self.runner.commit_finished(running)))
+            loops.append(("committer", lambda: commit_finished(self.runner, running)))
         for name, loop in loops:
             thread = threading.Thread(target=loop, name=f"{self.owner}-{name}", daemon=True)
             thread.start()

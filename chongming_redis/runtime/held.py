@@ -38,6 +38,9 @@ class Held:
     handed_back: bool = False  # given back (shutdown, a pause while it waited): at most once
     final_outcome: str = "already-terminal"
     queued: bool = False  # waiting for the group committer
+    #: Counted in the runner's outstanding tasks: until its end is written (or it is let go),
+    #: so a slot is reused only once the store no longer says RUNNING for this task.
+    outstanding: bool = False
 
     @property
     def task_id(self) -> str:

@@ -55,6 +55,7 @@ class Runner:
         app: App,
         num_buckets: int,
         serving: Callable[[], frozenset[int] | None],
+        look_elsewhere: Callable[[], bool] = lambda: False,
         accepting: threading.Event,
         wake_starter: threading.Event,
     ) -> None:
@@ -64,6 +65,7 @@ class Runner:
         self.app = app
         self.num_buckets = num_buckets
         self.serving = serving
+        self.look_elsewhere = look_elsewhere  # in a bucket pool: other buckets when idle
         self.accepting = accepting
         self.wake_starter = wake_starter
         self.log = TaskLog(writer.events)  # the lines per task, and the metrics' events
@@ -80,6 +82,7 @@ class Runner:
         #: How a started task that will not begin is handed back once shutdown has begun.
         self.shutdown_policy = "requeue"
         self._window = Window(self.config.concurrency, self.config.prefetch)
+        self._look_elsewhere_at = 0.0  # monotonic: when the other buckets may be looked at
 
     def open(self, owner: str) -> None:
         self.group_commit = self.writer.adapter.batching
@@ -101,14 +104,28 @@ class Runner:
     # -- starting --------------------------------------------------------------------------
 
     def start_available(self) -> int:
-        """Start as many eligible ``PENDING`` tasks as the window has room for (the free slots,
-        plus the prefetch the measured task and round-trip times call for); returns how many."""
+        """Start as many due ``PENDING`` tasks as there are free slots (plus the prefetch, if
+        one is configured), first from the buckets this worker serves, then — in a bucket
+        pool (``look_elsewhere``), when those leave slots free — from the other buckets (work
+        conservation: an idle slot takes due work another worker's buckets hold, or tasks of
+        a type their owner cannot run; the compare-and-set start keeps it exactly-once). A
+        look at the other buckets that found nothing waits one start interval before the
+        next. Returns how many started."""
         free = self._window.size() - self._outstanding
-        if free <= 0 or not self.accepting.is_set():
+        if free <= 0 or not self.accepting.is_set() or not self.app.types:
             return 0
         buckets = self.serving()
-        if not self.app.types or (buckets is not None and not buckets):
-            return 0
+        started = self._start_from(buckets, free) if buckets is None or buckets else 0
+        if (buckets is None or started >= free or not self.look_elsewhere()
+                or time.monotonic() < self._look_elsewhere_at):  # fmt: skip
+            return started
+        others = frozenset(range(self.num_buckets)) - buckets
+        taken = self._start_from(others, free - started) if others else 0
+        if not taken:
+            self._look_elsewhere_at = time.monotonic() + self.config.start_poll_interval
+        return started + taken
+
+    def _start_from(self, buckets: frozenset[int] | None, free: int) -> int:
         now = self.writer.clock.now()
         renewed_at = time.monotonic()
         started = self.writer.adapter.start(
@@ -139,6 +156,7 @@ class Runner:
         self.held.add(held)
         with self._lock:
             self._outstanding += 1
+            held.outstanding = True
             self._waiting.append(held)
         self._dispatch()
         return held
@@ -163,7 +181,7 @@ class Runner:
                 else:
                     self._submit(self._run_slot, held, begun)
             except RuntimeError:  # closed meanwhile (shutdown): the controller hands it back
-                self._free_slot()
+                self._free_slot(held)
 
     def _begin(self, held: Held) -> bool:
         """Claim a task for its function (under ``_lock``); False when it was released before
@@ -173,12 +191,23 @@ class Runner:
         held.began = True
         return True
 
-    def _free_slot(self) -> None:
+    def _free_slot(self, held: Held) -> None:
+        """The slot's thread (or coroutine) is done with ``held``. The task stops counting
+        against the slots here unless its end still waits for the group committer: then
+        ``settle`` releases it once written, so the store never shows more tasks ``RUNNING``
+        here than there are slots."""
         with self._lock:
             self._busy -= 1
-            self._outstanding -= 1
+        if not held.queued:
+            self._release(held)
         self._dispatch()
         self.wake_starter.set()
+
+    def _release(self, held: Held) -> None:
+        with self._lock:
+            if held.outstanding:
+                held.outstanding = False
+                self._outstanding -= 1
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         assert self._executor is not None
@@ -202,7 +231,7 @@ class Runner:
                 if not held.pending:
                     self.held.forget(held)
         finally:
-            self._free_slot()
+            self._free_slot(held)
 
     def _launch_async(self, held: Held, task_type: TaskType) -> None:
         """An ``async def`` task: its function runs on the loop, holding its slot but no
@@ -218,7 +247,7 @@ class Runner:
             try:
                 self._submit(self._finish_async, held, done, started)
             except RuntimeError:  # closed (shutdown): the controller handed the task back
-                self._free_slot()
+                self._free_slot(held)
 
         future.add_done_callback(finished)
 
@@ -232,7 +261,7 @@ class Runner:
                 self._returned(held, done.result(), started)
             self._window.ran(time.monotonic() - started)
         finally:
-            self._free_slot()
+            self._free_slot(held)
 
     def claim_unbegun(self, held: Held) -> bool:
         """Take a started task whose function has not begun (a prefetched task) away from its
@@ -342,41 +371,22 @@ class Runner:
         if self.group_commit and not write_now:  # many finished tasks per round trip
             held.queued = True
             self.commits.put(held)
-            # Its slot frees when this returns (_run_slot wakes the starter then): the next
-            # task starts while this one's commit is on its way, not a round trip later.
+            # Its thread frees when this returns; its slot once the commit is written
+            # (settle), so a new start never overlaps this task's RUNNING in the store.
             return
         self.writer.flush(held)
         self.settle(held)
 
     def settle(self, held: Held) -> None:
         """After a finished task's last state was written (or buffered): answer the stop
-        commands that waited for it, let it go, look for more work."""
+        commands that waited for it, let it go, free its slot, look for more work."""
+        self._release(held)
         now = self.writer.clock.now()
         for command_id in held.stop_commands:  # stop commands wait for the task to really end
             self.writer.complete(command_id, now, held.final_outcome)
         if not held.pending:
             self.held.forget(held)
         self.wake_starter.set()
-
-    # -- group commit ----------------------------------------------------------------------
-
-    def commit_finished(self, running: threading.Event) -> None:
-        """The committer thread: write every task that finished since the last round trip
-        with one ``commit_tasks`` call (up to 100), then settle them."""
-        while running.is_set() or not self.commits.empty():
-            try:
-                batch = [self.commits.get(timeout=0.2)]
-            except queue.Empty:
-                continue
-            while len(batch) < 100:
-                try:
-                    batch.append(self.commits.get_nowait())
-                except queue.Empty:
-                    break
-            self.writer.flush_many(batch)
-            for held in batch:
-                held.queued = False  # if the write failed, the supervisor retries it
-                self.settle(held)
 
 
 def _log_crash(future: Future[None]) -> None:

@@ -1,0 +1,34 @@
+"""The group committer: the thread that writes the ends of finished tasks in batches.
+
+Where the store batches (``BatchingStore.commit_tasks``), ``Runner.finish`` queues a finished
+task instead of writing it; this loop writes every task that finished since the last round
+trip with one call (up to 100), then settles each (``Runner.settle``: its stop commands are
+answered and its slot is free for the next start)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from chongming_redis.runtime.runner import Runner
+
+#: Finished tasks per ``commit_tasks`` round trip.
+COMMIT_BATCH = 100
+
+
+def commit_finished(runner: Runner, running: threading.Event) -> None:
+    """Run until ``running`` is cleared and nothing is left to write."""
+    while running.is_set() or not runner.commits.empty():
+        try:
+            batch = [runner.commits.get(timeout=0.2)]
+        except queue.Empty:
+            continue
+        while len(batch) < COMMIT_BATCH:
+            try:
+                batch.append(runner.commits.get_nowait())
+            except queue.Empty:
+                break
+        runner.writer.flush_many(batch)
+        for held in batch:
+            held.queued = False  # if the write failed, the supervisor retries it
+            runner.settle(held)

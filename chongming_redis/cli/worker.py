@@ -321,9 +321,10 @@ def worker(
     concurrency: Annotated[int, typer.Option(help="tasks run at once per process")] = 4,
     prefetch: Annotated[
         int,
-        typer.Option(help="at most this many started tasks wait for a slot (0: none; more "
-                     "throughput for short tasks, but a waiting task then shows as RUNNING)"),
-    ] = 0,
+        typer.Option(help="at most this many started tasks wait for a slot (0: none, so RUNNING "
+                     "means a slot runs it; more: throughput for short tasks, a waiting task "
+                     "shows as RUNNING)"),
+    ] = 64,
     processes: Annotated[int, typer.Option(help="worker processes to start")] = 1,
     num_buckets: BucketsOpt = 64,
     task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,

@@ -27,9 +27,10 @@ Idempotency: if the memo exists, this is a retry of a call whose reply was lost;
 started are returned again and nothing new is started.
 Invariants: only PENDING tasks move, each by one version; never touches another status; each
 started task moves to the next change-feed position (lib/feed).
-Bound: at most `limit` due entries promoted per start queue, about max(2 * limit, 2 * queues)
-candidates examined (the queues that hold more than their share fill the rest of the
-2 * limit), `limit` started. Tasks not yet due cost nothing: they wait in dq.
+Bound: per task name one read of its queue heads (one entry per bucket) and of its delayed
+heads; at most `limit` entries promoted per bucket come due; at most `limit` queues read,
+about 2 * limit candidates examined (the queues that hold more than their share fill the rest
+of the 2 * limit), `limit` started. Tasks not yet due cost nothing: they wait in dq.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
@@ -59,46 +60,87 @@ if rcall('EXISTS', memo) == 1 then
   return reply
 end
 
--- Sources: the start queues of these buckets and names (lib/indexes): rq holds the due
--- PENDING tasks in start order, dq the ones with a not_before, by not_before.
-local sources = {}
+-- Names: the caller's, or every name with PENDING tasks in these buckets (each once).
+local wanted, names, named = {}, {}, {}
+local function add_name(name)
+  if not named[name] then
+    named[name] = true
+    names[#names + 1] = name
+  end
+end
 for _, b in ipairs(buckets) do
   if not is_uint(b) then return badarg('bucket malformed') end
-  local names = names_wanted
-  if #names == 0 then names = rcall('HKEYS', root .. 'nm:pending:' .. b) end
-  for _, name in ipairs(names) do
-    sources[#sources + 1] = { rq = root .. 'rq:' .. b .. ':' .. name,
-                              dq = root .. 'dq:' .. b .. ':' .. name }
+  wanted[b] = true
+end
+for _, name in ipairs(names_wanted) do add_name(name) end
+if #names_wanted == 0 then
+  for _, b in ipairs(buckets) do
+    for _, name in ipairs(rcall('HKEYS', root .. 'nm:pending:' .. b)) do add_name(name) end
   end
 end
 
--- Promote: the entries of dq that came due (at most `limit` per source, the most this call
--- could start from it) move to rq at their start score. Only derived entries move, each in
--- step with its task hash, so a CORRUPT reply after this has still written nothing wrong.
+local function zset_or_none(key)
+  local kind = key_type(key)
+  if kind ~= 'none' and kind ~= 'zset' then
+    return corrupt(key, '', 'start queue holds a ' .. kind .. ', not a sorted set')
+  end
+end
+
+-- Promote: in each bucket whose delayed queue has come due (dh, lib/indexes), its due entries
+-- (at most `limit`, the most this call could start from it) move to rq at their start
+-- score. Only derived entries move, each in step with its task hash, so a CORRUPT reply
+-- after this has still written nothing wrong.
 local now_us = tonumber(now)
-for _, src in ipairs(sources) do
-  local due, kind = try_read('ZRANGEBYSCORE', src.dq, '-inf', now, 'LIMIT', 0, limit)
-  if not due then return corrupt(src.dq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
-  if #due > 0 then
-    local kind_rq = key_type(src.rq)
-    if kind_rq ~= 'none' and kind_rq ~= 'zset' then
-      return corrupt(src.rq, '', 'start queue holds a ' .. kind_rq .. ', not a sorted set')
+local function promote(b, name, rh, dh)
+  local dq, rq = root .. 'dq:' .. b .. ':' .. name, root .. 'rq:' .. b .. ':' .. name
+  local due, kind = try_read('ZRANGEBYSCORE', dq, '-inf', now, 'LIMIT', 0, limit)
+  if not due then return corrupt(dq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
+  local bad = zset_or_none(rq)
+  if bad then return bad end
+  for _, id in ipairs(due) do
+    local key = root .. 't:' .. id
+    local view, broken = read_index_view(key)
+    if not view then return broken end
+    if view.s ~= 'pending' or not view.nb or tonumber(view.nb) > now_us then
+      return corrupt(key, 's', 'listed as a delayed pending task in ' .. dq)
     end
-    for _, id in ipairs(due) do
-      local key = root .. 't:' .. id
-      local view, bad = read_index_view(key)
-      if not view then return bad end
-      if view.s ~= 'pending' or not view.nb or tonumber(view.nb) > now_us then
-        return corrupt(key, 's', 'listed as a delayed pending task in ' .. src.dq)
-      end
-      rcall('ZREM', src.dq, id)
-      rcall('ZADD', src.rq, start_score(view), id)
+    rcall('ZREM', dq, id)
+    rcall('ZADD', rq, start_score(view), id)
+  end
+  queue_sync(dq, dh, b)
+  queue_sync(rq, rh, b)
+end
+local heads = {}
+for _, name in ipairs(names) do
+  local rh, dh = root .. 'rh:' .. name, root .. 'dh:' .. name
+  local bad = zset_or_none(rh)
+  if bad then return bad end
+  local due, kind = try_read('ZRANGEBYSCORE', dh, '-inf', now)
+  if not due then return corrupt(dh, '', 'queue heads hold a ' .. kind .. ', not a sorted set') end
+  for _, b in ipairs(due) do
+    if wanted[b] then
+      bad = promote(b, name, rh, dh)
+      if bad then return bad end
+    end
+  end
+  local raw = rcall('ZRANGE', rh, 0, -1, 'WITHSCORES')
+  for i = 1, #raw, 2 do
+    if wanted[raw[i]] then
+      heads[#heads + 1] = { rq = root .. 'rq:' .. raw[i] .. ':' .. name, score = tonumber(raw[i + 1]) }
     end
   end
 end
+-- Sources: the `limit` queues with the best heads (the first `limit` tasks of the whole
+-- merge are in them), so a call reads a few queues whatever the number of buckets.
+table.sort(heads, function(a, b)
+  if a.score ~= b.score then return a.score < b.score end
+  return bytes_less(a.rq, b.rq)
+end)
+local sources = {}
+for i = 1, math.min(limit, #heads) do sources[i] = { rq = heads[i].rq } end
 
--- Candidates: the heads of each rq, about 2 * limit in all, so the work per call follows the
--- batch, not the backlog; then merged by score (exact start order across these buckets).
+-- Candidates: the heads of each source, about 2 * limit in all, so the work per call follows
+-- the batch, not the backlog; then merged by score (exact start order across these buckets).
 local per_source = math.min(2 * limit, math.max(2, math.ceil(2 * limit / math.max(1, #sources))))
 local candidates, listed = {}, {}
 -- Entries first .. last (0-based) of one rq as candidates; true if it has more beyond.

@@ -19,7 +19,7 @@ Replies
   {'BADARG', detail}
 Bound: `count` index entries read, as many tasks read and queued.
 Invariants: writes only start queue entries of PENDING tasks, each at the place lib/indexes
-gives it; never a task hash, count or feed position.
+gives it, and the queues' heads (rh/dh); never a task hash, count or feed position.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
@@ -42,5 +42,13 @@ for _, id in ipairs(ids) do
 end
 local broken = index_check()
 if broken then return broken end
+for _, key in ipairs({ root .. 'rh:' .. name, root .. 'dh:' .. name }) do
+  local heads_kind = key_type(key)
+  if heads_kind ~= 'none' and heads_kind ~= 'zset' then
+    return corrupt(key, '', 'queue heads hold a ' .. heads_kind .. ', not a sorted set')
+  end
+end
 index_flush()
+queue_sync(rq, root .. 'rh:' .. name, bucket) -- the heads, even of queues written before them
+queue_sync(dq, root .. 'dh:' .. name, bucket)
 return { 'OK', #ids }

@@ -30,6 +30,8 @@
 -- then writes, index_flush included. Counters are written once per (key, field): a batch of
 -- 100 starts moves four counters 100 times each but writes each once.
 local COUNT_DELTAS, COUNT_KEYS, INDEX_OPS = {}, {}, {}
+-- The start queues written (key -> { heads = its heads key, bucket }), in first-written order.
+local QUEUES, QUEUE_KEYS = {}, {}
 
 local function count_add(key, field, delta)
   local fields = COUNT_DELTAS[key]
@@ -61,6 +63,13 @@ local function index_check()
       end
     end
   end
+  for _, key in ipairs(QUEUE_KEYS) do
+    local heads = QUEUES[key].heads
+    local kind = key_type(heads)
+    if kind ~= 'none' and kind ~= 'zset' then
+      return corrupt(heads, '', 'queue heads hold a ' .. kind .. ', not a sorted set')
+    end
+  end
   for _, key in ipairs(COUNT_KEYS) do
     local fields, names = COUNT_DELTAS[key], {}
     for field in pairs(fields) do names[#names + 1] = field end
@@ -77,17 +86,28 @@ local function index_check()
   return nil
 end
 
+-- Per task name, the head of each bucket's start queue: {ns}:rh:<name> (member bucket, score
+-- the lowest score of rq:<bucket>:<name>) and {ns}:dh:<name> (the earliest not_before of
+-- dq:<bucket>:<name>). A start call reads one of each per name instead of two queues per
+-- bucket, and then only the `limit` buckets with the best heads: the first `limit` tasks of
+-- the merge come from them. Brought up to date for every queue written (index_flush).
+local function queue_sync(key, heads, bucket)
+  local head = rcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #head == 0 then rcall('ZREM', heads, bucket) else rcall('ZADD', heads, head[2], bucket) end
+end
+
 -- Write what was planned: the sorted-set changes in order, then each summed counter once (a
 -- counter that reaches 0 is deleted, so a hash of counts lists only what exists; keys in
 -- first-planned order: the same call writes the same way).
 local function index_flush()
   for _, op in ipairs(INDEX_OPS) do rcall(unpack(op)) end
+  for _, key in ipairs(QUEUE_KEYS) do queue_sync(key, QUEUES[key].heads, QUEUES[key].bucket) end
   for _, key in ipairs(COUNT_KEYS) do
     for field, delta in pairs(COUNT_DELTAS[key]) do
       if delta ~= 0 and rcall('HINCRBY', key, field, delta) <= 0 then rcall('HDEL', key, field) end
     end
   end
-  COUNT_DELTAS, COUNT_KEYS, INDEX_OPS = {}, {}, {}
+  COUNT_DELTAS, COUNT_KEYS, INDEX_OPS, QUEUES, QUEUE_KEYS = {}, {}, {}, {}, {}
 end
 
 -- 2^43 ms (278 years) per priority point: a band holds every ready time, and the highest
@@ -105,21 +125,33 @@ end
 
 local function start_queue(root, kind, t) return root .. kind .. ':' .. t.b .. ':' .. t.n end
 
+local function queue_heads(root, kind, name) return root .. (kind == 'rq' and 'rh:' or 'dh:') .. name end
+
+-- The start queue `kind` ('rq' or 'dq') of t's bucket and name, noted for index_flush.
+local function written_queue(root, kind, t)
+  local key = start_queue(root, kind, t)
+  if not QUEUES[key] then
+    QUEUES[key] = { heads = queue_heads(root, kind, t.n), bucket = t.b }
+    QUEUE_KEYS[#QUEUE_KEYS + 1] = key
+  end
+  return key
+end
+
 -- A PENDING task joins the start order: delayed if it has a not_before (promote_due moves it
 -- once due), ready otherwise.
 local function queue_add(root, id, t)
   if t.s ~= 'pending' then return end
   if t.nb then
-    zadd(start_queue(root, 'dq', t), t.nb, id)
+    zadd(written_queue(root, 'dq', t), t.nb, id)
   else
-    zadd(start_queue(root, 'rq', t), start_score(t), id)
+    zadd(written_queue(root, 'rq', t), start_score(t), id)
   end
 end
 
 local function queue_remove(root, id, t)
   if t.s ~= 'pending' then return end
-  zrem(start_queue(root, 'rq', t), id)
-  zrem(start_queue(root, 'dq', t), id)
+  zrem(written_queue(root, 'rq', t), id)
+  zrem(written_queue(root, 'dq', t), id)
 end
 
 local function index_add(root, id, t)

@@ -324,7 +324,7 @@ def worker(
         typer.Option(help="at most this many started tasks wait for a slot (0: none, so RUNNING "
                      "means a slot runs it; more: throughput for short tasks, a waiting task "
                      "shows as RUNNING)"),
-    ] = 64,
+    ] = 0,
     processes: Annotated[int, typer.Option(help="worker processes to start")] = 1,
     num_buckets: BucketsOpt = 64,
     task_lease: Annotated[float, typer.Option(help="seconds")] = 30.0,

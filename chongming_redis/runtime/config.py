@@ -15,11 +15,11 @@ class ControllerConfig:
     ``command_lease``: how long a claimed command stays this process's.
     ``task_lease``: the supervisor lease written on every held task (renewed every third).
     ``concurrency``: task slots (threads) of this process.
-    ``prefetch``: at most this many started tasks wait for a free slot (0: none, so
-    ``RUNNING`` means a slot runs the task). With a prefetch (64 by default) the runner starts
-    what its slots finish during one start round trip (``Window``), so long tasks never wait
-    behind each other; such a waiting task is ``RUNNING`` in the store before its function
-    begins (``docs/runtime.md``: without it a no-op drain runs at a quarter of the rate today).
+    ``prefetch``: at most this many started tasks wait for a free slot (0, the default: none,
+    so ``RUNNING`` means a slot runs the task). With a prefetch the runner starts what its
+    slots finish during one start round trip (``Window``): more throughput for tasks shorter
+    than a round trip, but such a waiting task is ``RUNNING`` in the store before its function
+    begins (``docs/runtime.md``, *Prefetch*).
     ``start_poll_interval``: how often the starter looks for work when not nudged.
     ``reconcile_interval``: how often expired leases are looked for.
     ``progress_interval``: the supervisor's tick (progress and heartbeats are coalesced to it).
@@ -31,7 +31,7 @@ class ControllerConfig:
     command_lease: float = 30.0
     task_lease: float = 30.0
     concurrency: int = 4
-    prefetch: int = 64
+    prefetch: int = 0
     start_poll_interval: float = 1.0
     reconcile_interval: float = 5.0
     progress_interval: float = 0.5

@@ -332,7 +332,7 @@ def run(opts: Options) -> dict[str, Any]:
         final_restart = True
         store = _open_store(direct_url, namespace)
 
-    report = collect(store, namespace, submitted, acked_tasks, acked_commands)
+    report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency)
     report.update(
         seed=opts.seed,
         seconds=round(time.monotonic() - started, 1),

@@ -10,7 +10,7 @@ from typing import Any
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress import checkers
+from chongming_redis.stress import checkers, start_checks
 
 VIOLATION_KINDS = (
     "duplicate_starts",
@@ -22,6 +22,8 @@ VIOLATION_KINDS = (
     "acked_writes_lost",
     "command_state",
     "command_holder",
+    "early_starts",
+    "slots_exceeded",
 )
 
 
@@ -39,8 +41,9 @@ def collect(
     submitted: list[str],
     acked_tasks: list[str],
     acked_commands: list[str],
+    slots: int,
 ) -> dict[str, Any]:
-    """Read the ground truth from Redis and run every checker."""
+    """Read the ground truth from Redis and run every checker (``slots``: each worker's)."""
     client = store.client
     finals: dict[str, TaskSnapshot | None] = {t: store.get(t) for t in submitted}
     histories: dict[str, list[Transition]] = {
@@ -66,6 +69,8 @@ def collect(
         + checkers.check_durability(acked_tasks, finals, "task")
         + checkers.check_durability(acked_commands, commands, "command")
         + checkers.check_commands(commands, queued, leased)
+        + start_checks.check_not_before(histories, finals)
+        + start_checks.check_slots(histories, slots)
         + lease_audit.violations
     )
     counts = checkers.count(found)

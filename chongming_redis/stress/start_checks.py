@@ -1,0 +1,88 @@
+"""Checkers of the start path over a stress run's histories (docs/reliability.md): no start
+before its ``not_before``, never more tasks ``RUNNING`` on a worker than its slots. Plain data
+in, :class:`Violation` out, as the other checkers (``stress/checkers.py``)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stress.checkers import START, Violation
+
+RETRY_DELAY = re.compile(r"^retry .*, in (?P<seconds>\d+(?:\.\d+)?)s$")
+
+
+def _is_start(entry: Transition) -> bool:
+    return entry.from_status is TaskStatus.PENDING and entry.to_status is TaskStatus.RUNNING
+
+
+def check_not_before(
+    histories: Mapping[str, Sequence[Transition]],
+    finals: Mapping[str, TaskSnapshot | None],
+    tolerance: float = 0.1,
+) -> list[Violation]:
+    """No start before its ``not_before`` (the times are the server's: the workers' clocks
+    follow it). A retry's is its entry's time plus the delay its reason gives (``in 1.5s``,
+    rounded to 0.1 s, hence ``tolerance``); a submitted delay is the final snapshot's
+    ``not_before``, checked for a task started once."""
+    found = []
+    for task_id, history in histories.items():
+        starts = [i for i, e in enumerate(history) if _is_start(e)]
+        final = finals.get(task_id)
+        for i in starts:
+            due = None
+            before = history[i - 1] if i > 0 else None
+            match = RETRY_DELAY.match(before.reason or "") if before is not None else None
+            if match is not None:
+                due = before.at.timestamp() + float(match["seconds"])  # type: ignore[union-attr]
+            elif len(starts) == 1 and final is not None and final.not_before is not None:
+                due = final.not_before.timestamp()
+            if due is not None and history[i].at.timestamp() < due - tolerance:
+                early = (
+                    f"v{history[i].version} started {due - history[i].at.timestamp():.3f}s early"
+                )
+                found.append(Violation("early_starts", task_id, early))
+    return found
+
+
+def running_intervals(
+    histories: Mapping[str, Sequence[Transition]],
+) -> dict[str, list[tuple[float, float, str]]]:
+    """Per owner, ``(start, end, task)`` of each attempt it ran: from its start entry to the
+    entry that moved the task out of ``RUNNING``/``PAUSED`` (a paused task keeps its slot).
+    Attempts that ended ``LOST`` (written by a reconciler when the holder was gone) or never
+    ended are left out: their end is not when the holder let the slot go."""
+    held: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for task_id, history in histories.items():
+        for i, entry in enumerate(history):
+            match = START.match(entry.reason or "") if _is_start(entry) else None
+            if match is None:
+                continue
+            holding = (TaskStatus.RUNNING, TaskStatus.PAUSED)
+            end = next((e for e in history[i + 1 :] if e.to_status not in holding), None)
+            if end is not None and end.to_status is not TaskStatus.LOST:
+                held[match["owner"]].append((entry.at.timestamp(), end.at.timestamp(), task_id))
+    return held
+
+
+def check_slots(
+    histories: Mapping[str, Sequence[Transition]], slots: int, tolerance: float = 0.005
+) -> list[Violation]:
+    """Never more tasks ``RUNNING`` (or ``PAUSED``) on one worker than it has slots, from the
+    history's own times: an end within ``tolerance`` after a start counts as before it (the
+    two come from one process's clock, which follows the server's in small steps)."""
+    found = []
+    for owner, intervals in running_intervals(histories).items():
+        events = sorted([(start, 1, task) for start, _, task in intervals]
+                        + [(end - tolerance, -1, task) for _, end, task in intervals])  # fmt: skip
+        running, worst = 0, 0
+        for at, step, task in events:
+            running += step
+            if running > slots and running > worst:
+                worst = running
+                found.append(Violation("slots_exceeded", task,
+                                       f"{owner} had {running} tasks RUNNING with {slots} slots "
+                                       f"at {at:.3f}"))  # fmt: skip
+    return found

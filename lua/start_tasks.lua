@@ -1,7 +1,7 @@
 #!lua
 --[[ start_tasks: start up to `limit` PENDING tasks of the given buckets, in one round trip.
 
-For each due task, in start order (higher priority first, then the one due earliest, then by
+For each due task (not_before passed by the server's clock and by `now`), in start order (higher priority first, then the one due earliest, then by
 id; lib/indexes keeps the queues), whose not_before has passed: the compare-and-set
 PENDING -> RUNNING (version + 1), the lease (owner, until) and heartbeat, the index move, and
 the history entry "started by <owner> (attempt N)". Atomic as a whole, so a task is started by
@@ -90,10 +90,15 @@ end
 -- (at most `limit`, the most this call could start from it) move to rq at their start
 -- score. Only derived entries move, each in step with its task hash, so a CORRUPT reply
 -- after this has still written nothing wrong.
-local now_us = tonumber(now)
+-- Due means due by the server's clock and by the caller's (the earlier of the two): a worker
+-- whose clock runs ahead never starts a task early, and the start it records (at `now`) is
+-- never before the task's not_before either.
+local server = rcall('TIME')
+local now_us = math.min(tonumber(now), tonumber(server[1]) * 1000000 + tonumber(server[2]))
+local due_by = string.format('%.0f', now_us)
 local function promote(b, name, rh, dh)
   local dq, rq = root .. 'dq:' .. b .. ':' .. name, root .. 'rq:' .. b .. ':' .. name
-  local due, kind = try_read('ZRANGEBYSCORE', dq, '-inf', now, 'LIMIT', 0, limit)
+  local due, kind = try_read('ZRANGEBYSCORE', dq, '-inf', due_by, 'LIMIT', 0, limit)
   if not due then return corrupt(dq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
   local bad = zset_or_none(rq)
   if bad then return bad end
@@ -115,7 +120,7 @@ for _, name in ipairs(names) do
   local rh, dh = root .. 'rh:' .. name, root .. 'dh:' .. name
   local bad = zset_or_none(rh)
   if bad then return bad end
-  local due, kind = try_read('ZRANGEBYSCORE', dh, '-inf', now)
+  local due, kind = try_read('ZRANGEBYSCORE', dh, '-inf', due_by)
   if not due then return corrupt(dh, '', 'queue heads hold a ' .. kind .. ', not a sorted set') end
   for _, b in ipairs(due) do
     if wanted[b] then

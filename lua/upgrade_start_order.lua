@@ -3,15 +3,17 @@
 
 Namespaces written before the start queues (lib/indexes: rq/dq) have PENDING tasks in their
 query index only; start_tasks reads the queues alone. The store runs this once per namespace
-(RedisTaskStore, before its first start), one slice of one index key per call, then records
-`so` in {ns}:meta. Idempotent: a task already queued (in rq or dq) is left where it is, so a
+(RedisTaskStore, before its first start), one slice of one index key per call; the call that
+finishes the last key records `so` in {ns}:meta (a namespace with no PENDING task: one call). Idempotent: a task already queued (in rq or dq) is left where it is, so a
 run cut short is simply run again.
 
-KEYS[1]  {ns}:   the namespace root
-ARGV[1]  bucket
+KEYS[1]  {ns}:       the namespace root
+KEYS[2]  {ns}:meta  where `so` records that the queues hold every PENDING task
+ARGV[1]  bucket ('' with ARGV[2] '': nothing to queue, only record `so`)
 ARGV[2]  task name
 ARGV[3]  offset into {ns}:ix:pending:<bucket>:<name> (0-based)
 ARGV[4]  count (1..1000)
+ARGV[5]  '1': this is the last index key; record `so` once this slice finishes it
 
 Replies
   {'OK', read}     read: entries of the index slice looked at (< count: the key is done)
@@ -24,7 +26,17 @@ gives it, and the queues' heads (rh/dh); never a task hash, count or feed positi
 --- @include "lib/common"
 --- @include "lib/indexes"
 
-local root, bucket, name, offset, count = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local root, meta = KEYS[1], KEYS[2]
+local bucket, name, offset, count, last = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if last ~= '0' and last ~= '1' then return badarg('last flag malformed') end
+local meta_kind = key_type(meta)
+if meta_kind ~= 'none' and meta_kind ~= 'hash' then
+  return corrupt(meta, '', 'meta holds a ' .. meta_kind .. ', not a hash')
+end
+if bucket == '' and name == '' then
+  rcall('HSET', meta, 'so', '1')
+  return { 'OK', 0 }
+end
 if not is_uint(bucket) or not name or name == '' then return badarg('bucket/name malformed') end
 if not is_uint(offset) or not is_uint(count) then return badarg('offset/count malformed') end
 count = tonumber(count)
@@ -51,4 +63,5 @@ end
 index_flush()
 queue_sync(rq, root .. 'rh:' .. name, bucket) -- the heads, even of queues written before them
 queue_sync(dq, root .. 'dh:' .. name, bucket)
+if last == '1' and #ids < count then rcall('HSET', meta, 'so', '1') end
 return { 'OK', #ids }

@@ -110,6 +110,8 @@ def test_every_write_waits_once_for_the_replica_and_reads_never_wait(
         "release_command": lambda: store.release_command("c1", now=now),
         "complete_command": lambda: store.complete_command("c1", now=now, outcome="ok"),
         "commit_tasks": lambda: store.commit_tasks([(task("b"), None, [])]),
+        # once per namespace, before its first start (two pending tasks: one script call)
+        "prepare_start_order": lambda: store.prepare_start_order(),
         "start_tasks": lambda: store.start_tasks(
             owner="w", now=now, lease_until=now + timedelta(seconds=30), buckets=[0]
         ),

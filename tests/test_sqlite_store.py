@@ -133,7 +133,7 @@ def test_the_schema_is_created_once_and_its_version_recorded(path: Path) -> None
     finally:
         reopened.close()
     with closing(raw(path)) as db:
-        assert db.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (1,)
+        assert db.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_a_database_of_a_newer_schema_is_refused_and_left_as_it_was(path: Path) -> None:

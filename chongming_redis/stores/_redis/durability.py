@@ -59,7 +59,7 @@ log = logging.getLogger("chongming_redis.store")
 DEFAULT_WAIT_TIMEOUT = 2.5
 
 #: Plain commands (``_redis.ops.Read``) that write: they are followed by ``WAIT`` too.
-WRITING_READS = frozenset({"sadd", "hset"})
+WRITING_READS = frozenset({"sadd"})
 
 #: Replies that say the command did not run on the node that got it: the slot is elsewhere
 #: (``MOVED``), migrating (``ASK``, ``TRYAGAIN``) or the cluster is down. Never a success.

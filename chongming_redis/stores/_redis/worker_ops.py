@@ -215,27 +215,33 @@ def upgrade_start_order(keys: Keys) -> Plan[int]:
     """Queue the PENDING tasks of a namespace written before the start queues
     (``lua/upgrade_start_order.lua``), once: a namespace whose ``{ns}:meta`` has ``so`` costs
     one ``HGET``. Walks ``nm:pending:<b>`` for every bucket with pending tasks (the ``counts``
-    hash names them), slice by slice. Returns the index entries looked at."""
+    hash names them), slice by slice; the last call records ``so`` (a namespace without
+    PENDING tasks: one call). Returns the index entries looked at."""
     done = yield Read(keys.meta, "hget", (keys.meta, START_ORDER_FIELD))
     if done is not None:
         return 0
     counts = yield Read(keys.counts, "hgetall", (keys.counts,))
     prefix = b"pending:"
     buckets = sorted(int(f[len(prefix) :]) for f in counts if f.startswith(prefix))
-    looked = 0
+    queues: list[tuple[int, str]] = []
     for bucket in buckets:
         names = yield Read(keys.bucket_names("pending", bucket), "hkeys",
                            (keys.bucket_names("pending", bucket),))  # fmt: skip
-        for name in sorted(text(n) for n in names):
-            offset = 0
-            while True:
-                reply = yield script("upgrade_start_order", [keys.root],
-                                     [bucket, name, offset, UPGRADE_SLICE])  # fmt: skip
-                read = int(reply[1])
-                looked, offset = looked + read, offset + read
-                if read < UPGRADE_SLICE:
-                    break
-    yield Read(keys.meta, "hset", (keys.meta, START_ORDER_FIELD, 1))
+        queues += [(bucket, name) for name in sorted(text(n) for n in names)]
+    script_keys = [keys.root, keys.meta]
+    if not queues:
+        yield script("upgrade_start_order", script_keys, ["", "", 0, 1, 1])
+    looked = 0
+    for i, (bucket, name) in enumerate(queues):
+        last = 1 if i == len(queues) - 1 else 0
+        offset = 0
+        while True:
+            reply = yield script("upgrade_start_order", script_keys,
+                                 [bucket, name, offset, UPGRADE_SLICE, last])  # fmt: skip
+            read = int(reply[1])
+            looked, offset = looked + read, offset + read
+            if read < UPGRADE_SLICE:
+                break
     return looked
 
 

@@ -389,7 +389,11 @@ def redis_cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def submit(controller: Controller, n: int) -> list[str]:
+def submit(controller: Controller, n: int, *, priorities: bool = False) -> list[str]:
+    """``n`` no-op tasks; with ``priorities``, spread over priorities -5..5 (each task's own,
+    so every start call merges several priority bands)."""
+    if priorities:
+        return [controller.submit("noop", priority=i * 7 % 11 - 5) for i in range(n)]
     return [controller.submit("noop") for _ in range(n)]
 
 
@@ -438,7 +442,7 @@ def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
 
 def run_drain(
     server: EmbeddedRedis, namespace: str, workers: int, n: int, concurrency: int, tmp: Path,
-    *, profile: bool = False,
+    *, profile: bool = False, priorities: bool = False,
 ) -> tuple[Drain, Workers]:  # fmt: skip
     store = RedisTaskStore.from_url(server.url, namespace=namespace, check_server=False)
     client = server.client()
@@ -446,7 +450,7 @@ def run_drain(
                            buckets=BucketPolicy(NUM_BUCKETS))  # fmt: skip
     memory_before = used_memory(client)
     started = time.perf_counter()
-    task_ids = submit(submitter, n)
+    task_ids = submit(submitter, n, priorities=priorities)
     submit_seconds = time.perf_counter() - started
     memory_pending = used_memory(client)
 
@@ -678,6 +682,12 @@ def main() -> None:
         run_drain(server, "warmup", 1, min(n, 500), options.concurrency, tmp)
         drains = [run_drain(server, f"tp-{w}p", w, n, options.concurrency, tmp)[0] for w in (1, 2)]
         console.print(throughput_table("drain of pre-submitted no-op tasks, AOF off", drains))
+        mixed = [run_drain(server, f"pr-{w}p", w, n, options.concurrency, tmp,
+                           priorities=True)[0] for w in (1, 2)]  # fmt: skip
+        console.print(throughput_table("the same drain, priorities -5..5 mixed, AOF off", mixed))
+        console.print("mixed priorities / plain: " + ", ".join(
+            f"{m.workers} proc {m.rate / d.rate:.2f}x"
+            for m, d in zip(mixed, drains)))  # fmt: skip
         console.print(cost_table(drains))
         console.print(calls_table(drains))
         console.print(server_table(drains))

@@ -140,14 +140,21 @@ def stats(
     with user_errors():
         store = open_store(redis, namespace, store_url=store_url, check_server=False,
                            durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
+        from chongming_redis.runtime.stranded import describe, stranded_types
+
         counts = store.counts()
         per_bucket = store.bucket_counts()
         workers, owners = store.pool_state()
         now = datetime.now(timezone.utc)
+        stranded = stranded_types(store, now) if counts.get(TaskStatus.PENDING) else []
         if as_json:
             from chongming_redis.cli.json_output import stats_json
 
-            print_json(stats_json(namespace, counts, per_bucket, workers, owners, now))
+            doc = stats_json(namespace, counts, per_bucket, workers, owners, now)
+            doc["stranded"] = [{"name": s.name, "waiting": s.waiting,
+                                "longest_seconds": round(s.longest.total_seconds(), 3)}
+                               for s in stranded]  # fmt: skip
+            print_json(doc)
             return
         from chongming_redis.cli.render import buckets_table, counts_table, workers_table
 
@@ -161,6 +168,8 @@ def stats(
             screen.print(workers_table(workers, owners, now))
         else:
             screen.print("no workers have joined this namespace", highlight=False)
+        for one in stranded:
+            screen.print(f"warning: {describe(one)}", style="yellow", highlight=False)
 
 
 @commands.command(epilog="Example: chongming-redis reconcile --json")

@@ -17,6 +17,9 @@ key                   type    meaning
                               score = created_at (µs). The one composite index behind the
                               status, bucket, name and name-prefix filters
 ``{ns}:nm:<st>:<b>``  hash    name -> number of tasks in ``ix:<st>:<b>:<name>``
+``{ns}:rq:<b>:<name>``  zset  due PENDING tasks in start order (``lua/lib/indexes.lua``)
+``{ns}:dq:<b>:<name>``  zset  PENDING tasks with a not_before; score = not_before (µs)
+``{ns}:rh:<name>``    zset    bucket -> the best score of ``rq:<b>:<name>`` (``dh``: of dq)
 ``{ns}:tag:<tag>``    zset    tasks carrying ``tag`` (exact); score = created_at
 ``{ns}:p:<pid>``      zset    tasks of pipeline run ``pid``; score = created_at
 ``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
@@ -29,7 +32,8 @@ key                   type    meaning
                               workers as ``{ns}:workers`` (written in the same step)
 ``{ns}:bucket-owner`` hash    bucket -> the worker holding its lease
 ``{ns}:bucket-until`` hash    bucket -> that lease's expiry (ms)
-``{ns}:meta``         hash    ``num_buckets`` recorded by the first worker
+``{ns}:meta``         hash    ``num_buckets`` recorded by the first worker; ``so`` once the
+                              start queues hold every PENDING task
 ``{ns}:feed``         hash    the change feed: ``head`` (last position issued, never reused),
                               ``tombs`` (tombstones kept)
 ``{ns}:fc:<n>``       hash    feed chunk ``n``: position -> ``t<id>`` (a live task at its latest

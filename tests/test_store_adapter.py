@@ -158,6 +158,33 @@ def test_start_without_batching_starts_the_same_tasks_the_same_way() -> None:
     assert StoreAdapter(plain, owner="w1").start(**{**args, "buckets": None, "limit": 5}) != []
 
 
+def test_a_fallback_start_finds_due_tasks_behind_many_delayed_ones_in_start_order() -> None:
+    """Without batching the runtime lists PENDING tasks oldest first; 8 buckets each with 50
+    delayed tasks in front of two due ones (one of priority 3): every due task starts, in the
+    start order of the batching reference, none of the delayed ones (the window grows)."""
+    plain, batching = MinimalStore(), InMemoryTaskStore()
+    later = T0 + timedelta(hours=1)
+    for store in (plain, batching):
+        for b in range(8):
+            for i in range(50):
+                store.create(task(f"late-{b}-{i}", created=i / 100, bucket=b, not_before=later))
+            store.create(task(f"due-{b}", created=10 + b, bucket=b))
+            store.create(task(f"vip-{b}", created=20 + b, bucket=b, priority=3))
+    now, until = T0 + timedelta(seconds=100), T0 + timedelta(seconds=130)
+    args: dict[str, Any] = {"now": now, "lease_until": until, "buckets": set(range(8)),
+                            "num_buckets": 8, "limit": 5, "names": set()}  # fmt: skip
+    rounds = []
+    for _ in range(4):
+        plain_started = [s.snapshot.task_id for s in StoreAdapter(plain, owner="w").start(**args)]
+        batch_started = [s.snapshot.task_id for s in StoreAdapter(batching).start(**args)]
+        assert plain_started == batch_started
+        rounds.append(plain_started)
+    assert rounds[0] == [f"vip-{b}" for b in range(5)]
+    assert rounds[1] == ["vip-5", "vip-6", "vip-7", "due-0", "due-1"]
+    assert rounds[2] == [f"due-{b}" for b in range(2, 7)] and rounds[3] == ["due-7"]
+    assert plain.counts()[P] == 400
+
+
 def test_touch_without_the_fence_is_a_plain_touch_that_reports_success() -> None:
     plain = MinimalStore()
     plain.create(task("a", R, 3))

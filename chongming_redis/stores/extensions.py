@@ -72,8 +72,10 @@ class BatchingStore(Protocol):
         names: Sequence[str] = (),
     ) -> list[TaskSnapshot]:
         """Start up to ``limit`` (1..100) ``PENDING`` tasks of ``buckets`` whose ``not_before``
-        is unset or ``<= now``, oldest ``created_at`` (then ``task_id``) first; ``names``: only
-        tasks of these types (empty: any). Atomically for each: ``status = RUNNING``,
+        is unset or ``<= now``, in start order (``model.start_rank``: higher ``priority``
+        first, then the one due earliest, ``max(created_at, not_before)`` to the millisecond,
+        then ``task_id``); a task not yet due never keeps a due one from starting, however
+        many there are; ``names``: only tasks of these types (empty: any). Atomically for each: ``status = RUNNING``,
         ``status_version + 1``, ``updated_at = heartbeat_at = now``, ``lease_owner = owner``,
         ``lease_until = lease_until``, and the history entry ``(version + 1, PENDING,
         RUNNING, now, "started by <owner> (attempt <attempt>)")``. Every other field is kept.

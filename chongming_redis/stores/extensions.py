@@ -75,10 +75,11 @@ class BatchingStore(Protocol):
         is unset or ``<= now``, in start order (``model.start_rank``: higher ``priority``
         first, then the one due earliest, ``max(created_at, not_before)`` to the millisecond,
         then ``task_id``); a task not yet due never keeps a due one from starting, however
-        many there are; ``names``: only tasks of these types (empty: any). Atomically for each: ``status = RUNNING``,
-        ``status_version + 1``, ``updated_at = heartbeat_at = now``, ``lease_owner = owner``,
-        ``lease_until = lease_until``, and the history entry ``(version + 1, PENDING,
-        RUNNING, now, "started by <owner> (attempt <attempt>)")``. Every other field is kept.
+        many there are; ``names``: only tasks of these types (empty: any). Atomically for
+        each: ``status = RUNNING``, ``status_version + 1``, ``updated_at = heartbeat_at =
+        now``, ``lease_owner = owner``, ``lease_until = lease_until``, and the history entry
+        ``(version + 1, PENDING, RUNNING, now, "started by <owner> (attempt <attempt>)")``.
+        Every other field is kept.
         Two callers never start the same task. Returns the started tasks as stored (``[]``
         when none is eligible)."""
         ...

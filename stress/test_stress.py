@@ -439,3 +439,24 @@ def test_more_running_on_a_worker_than_its_slots_is_caught() -> None:
     assert [v.kind for v in start_checks.check_slots({**back_to_back, "p": paused}, 2)] == [
         "slots_exceeded"
     ]
+
+
+def test_a_due_task_waiting_while_a_worker_had_a_free_slot_is_caught() -> None:
+    # "x" due at 0 (submitted), started at 5 by w2; w1 started "y" at 3 and held only it.
+    x = _ran("x", "w2", 5, 6)
+    y = [_at("y", 1, None, P, 2.9, "submitted by d"),
+         _at("y", 2, P, R, 3, "started by w1 (attempt 1)"), _at("y", 3, R, S, 3.5)]  # fmt: skip
+    finals = {"x": _snap("x", 3, S), "y": _snap("y", 3, S)}
+    (found,) = start_checks.check_work_conservation({"x": x, "y": y}, finals, 2, interval=1.0)
+    assert found.kind == "idle_slot_waits" and found.task_id == "x" and "w1" in found.detail
+    # w1 full after its start (two slots held): nobody could have taken "x"
+    z = [_at("z", 1, None, P, 0), _at("z", 2, P, R, 1.0, "started by w1 (attempt 1)"),
+         _at("z", 3, R, S, 9)]  # fmt: skip
+    full = {"x": x, "y": y, "z": z}
+    assert start_checks.check_work_conservation(full, finals, 2, interval=1.0) == []
+    # a wait within one start interval, or one that saw a fault, is not counted
+    early = {"x": _ran("x", "w2", 1.2, 2), "y": y}
+    assert start_checks.check_work_conservation(early, finals, 2, interval=1.0) == []
+    noisy = start_checks.check_work_conservation({"x": x, "y": y}, finals, 2, interval=1.0,
+                                                 quiet=lambda since, until: False)  # fmt: skip
+    assert noisy == []

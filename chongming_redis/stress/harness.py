@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,12 +124,28 @@ def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> W
     return WorkerProcesses(APP, url, namespace, options, logdir=logdir, env=env, cwd=logdir)
 
 
+def quiet_between(
+    faults: list[dict[str, Any]], wall0: float, task_lease: float
+) -> Callable[[float, float], bool]:
+    """Whether a window of wall-clock time saw no fault: each fault counts from a second
+    before it began until two task leases and the default start and reconcile intervals after
+    its record (a stopped worker's tasks are LOST and retried by then)."""
+    windows = [(wall0 + f["at"] - 1.0, wall0 + f["t"] + 2 * task_lease + 6.0) for f in faults]
+
+    def quiet(since: float, until: float) -> bool:
+        return all(until < begin or since > end for begin, end in windows)
+
+    return quiet
+
+
 @dataclass
 class ClientLog:
     path: Path
     records: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _t0: float = field(default_factory=time.monotonic)
+    #: The wall clock at ``_t0``: a record's ``t`` as a time the histories use.
+    wall0: float = field(default_factory=time.time)
 
     def __call__(self, record: dict[str, Any]) -> None:
         record = {"t": round(time.monotonic() - self._t0, 3), **record}
@@ -332,7 +349,9 @@ def run(opts: Options) -> dict[str, Any]:
         final_restart = True
         store = _open_store(direct_url, namespace)
 
-    report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency)
+    faults = [r for r in log.records if r.get("op") == "fault"]
+    report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency,
+                     quiet=quiet_between(faults, log.wall0, opts.task_lease))  # fmt: skip
     report.update(
         seed=opts.seed,
         seconds=round(time.monotonic() - started, 1),

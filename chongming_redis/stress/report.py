@@ -5,9 +5,11 @@ drained and adds what only it knows (faults, processes, timings)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
 from chongming_redis.stress import checkers, start_checks
@@ -24,7 +26,11 @@ VIOLATION_KINDS = (
     "command_holder",
     "early_starts",
     "slots_exceeded",
+    "idle_slot_waits",
 )
+
+#: The workers' start interval (``ControllerConfig.start_poll_interval``, the CLI's default).
+START_INTERVAL = ControllerConfig().start_poll_interval
 
 
 def verdict(report: dict[str, Any]) -> bool:
@@ -42,6 +48,8 @@ def collect(
     acked_tasks: list[str],
     acked_commands: list[str],
     slots: int,
+    *,
+    quiet: Callable[[float, float], bool] = lambda since, until: True,
 ) -> dict[str, Any]:
     """Read the ground truth from Redis and run every checker (``slots``: each worker's)."""
     client = store.client
@@ -71,6 +79,7 @@ def collect(
         + checkers.check_commands(commands, queued, leased)
         + start_checks.check_not_before(histories, finals)
         + start_checks.check_slots(histories, slots)
+        + start_checks.check_work_conservation(histories, finals, slots, START_INTERVAL, quiet)
         + lease_audit.violations
     )
     counts = checkers.count(found)

@@ -1,12 +1,13 @@
 """Checkers of the start path over a stress run's histories (docs/reliability.md): no start
-before its ``not_before``, never more tasks ``RUNNING`` on a worker than its slots. Plain data
+before its ``not_before``, never more tasks ``RUNNING`` on a worker than its slots, no due task
+waiting while a worker has a free slot for longer than one start interval. Plain data
 in, :class:`Violation` out, as the other checkers (``stress/checkers.py``)."""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress.checkers import START, Violation
@@ -86,3 +87,76 @@ def check_slots(
                                        f"{owner} had {running} tasks RUNNING with {slots} slots "
                                        f"at {at:.3f}"))  # fmt: skip
     return found
+
+
+def due_since(history: Sequence[Transition], i: int, final: TaskSnapshot | None) -> float | None:
+    """When the attempt started by ``history[i]`` became due: the entry that made it
+    ``PENDING`` (a submit, a retry, a resume, a hand-back), or the not_before after it (a
+    retry's delay, a submitted delay for a task started once); ``None`` when unknown."""
+    if i == 0:
+        return None
+    before = history[i - 1]
+    due = before.at.timestamp()
+    match = RETRY_DELAY.match(before.reason or "")
+    if match is not None:
+        return due + float(match["seconds"])
+    starts = sum(1 for e in history if _is_start(e))
+    if final is not None and final.not_before is not None:
+        return max(due, final.not_before.timestamp()) if starts == 1 else None
+    return due
+
+
+def check_work_conservation(
+    histories: Mapping[str, Sequence[Transition]],
+    finals: Mapping[str, TaskSnapshot | None],
+    slots: int,
+    interval: float,
+    quiet: Callable[[float, float], bool] = lambda since, until: True,
+    slack: float = 0.5,
+) -> list[Violation]:
+    """No due task waits while a worker of the pool has a free slot, for longer than one
+    start interval: a task due at ``d`` and started at ``s`` is a violation when some worker
+    started a task at ``u`` with ``d + interval + slack <= u <= s - slack`` and still had a
+    free slot after it (a start round with room left takes due work from every bucket: its
+    own, then the others', ``Runner.start_available``). ``quiet(since, until)``: no fault in
+    that window (a stopped worker or a dropped connection may hold a start back)."""
+    occupancy = _occupancy(histories)
+    found = []
+    for task_id, history in histories.items():
+        for i, entry in enumerate(history):
+            if not _is_start(entry):
+                continue
+            due = due_since(history, i, finals.get(task_id))
+            started = entry.at.timestamp()
+            if due is None or started - due <= interval + 2 * slack or not quiet(due, started):
+                continue
+            for owner, starts in occupancy.items():
+                idle = next((u for u, busy in starts
+                             if due + interval + slack <= u <= started - slack and busy < slots),
+                            None)  # fmt: skip
+                if idle is not None:
+                    detail = (f"due for {started - due:.2f}s while {owner} had a free slot "
+                              f"after a start {idle - due:.2f}s in")  # fmt: skip
+                    found.append(Violation("idle_slot_waits", task_id, detail))
+                    break
+    return found
+
+
+def _occupancy(histories: Mapping[str, Sequence[Transition]]) -> dict[str, list[tuple[float, int]]]:
+    """Per owner, each start time and how many tasks the owner held right after it (attempts
+    that ended LOST or never ended count as held to the end: the safe side)."""
+    held: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for history in histories.values():
+        for i, entry in enumerate(history):
+            match = START.match(entry.reason or "") if _is_start(entry) else None
+            if match is None:
+                continue
+            holding = (TaskStatus.RUNNING, TaskStatus.PAUSED)
+            end = next((e for e in history[i + 1 :] if e.to_status not in holding), None)
+            lost = end is None or end.to_status is TaskStatus.LOST
+            until = float("inf") if lost else end.at.timestamp()  # type: ignore[union-attr]
+            held[match["owner"]].append((entry.at.timestamp(), until))
+    return {
+        owner: [(start, sum(1 for s, e in spans if s <= start < e)) for start, _ in spans]
+        for owner, spans in held.items()
+    }

@@ -87,30 +87,34 @@ local function zset_or_none(key)
 end
 
 -- Promote: in each bucket whose delayed queue has come due (dh, lib/indexes), its due entries
--- (at most `limit`, the most this call could start from it) move to rq at their start
--- score. Only derived entries move, each in step with its task hash, so a CORRUPT reply
--- after this has still written nothing wrong.
+-- (up to PROMOTE_MAX, in not_before order; past that many due at once in one queue the rest
+-- wait for the next call) move to rq at their start score. Only derived entries move, each in
+-- step with its task hash; an entry that no longer matches its task (written by an older
+-- version of the store, say) is put right or dropped, never started from.
 -- Due means due by the server's clock and by the caller's (the earlier of the two): a worker
 -- whose clock runs ahead never starts a task early, and the start it records (at `now`) is
 -- never before the task's not_before either.
+local PROMOTE_MAX = 1000
 local server = rcall('TIME')
 local now_us = math.min(tonumber(now), tonumber(server[1]) * 1000000 + tonumber(server[2]))
 local due_by = string.format('%.0f', now_us)
 local function promote(b, name, rh, dh)
   local dq, rq = root .. 'dq:' .. b .. ':' .. name, root .. 'rq:' .. b .. ':' .. name
-  local due, kind = try_read('ZRANGEBYSCORE', dq, '-inf', due_by, 'LIMIT', 0, limit)
+  local due, kind = try_read('ZRANGEBYSCORE', dq, '-inf', due_by, 'LIMIT', 0, PROMOTE_MAX)
   if not due then return corrupt(dq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
   local bad = zset_or_none(rq)
   if bad then return bad end
   for _, id in ipairs(due) do
-    local key = root .. 't:' .. id
-    local view, broken = read_index_view(key)
-    if not view then return broken end
-    if view.s ~= 'pending' or not view.nb or tonumber(view.nb) > now_us then
-      return corrupt(key, 's', 'listed as a delayed pending task in ' .. dq)
-    end
+    local view, broken = read_index_view(root .. 't:' .. id)
+    if not view and rcall('EXISTS', root .. 't:' .. id) == 1 then return broken end
     rcall('ZREM', dq, id)
-    rcall('ZADD', rq, start_score(view), id)
+    if view and view.s == 'pending' and view.b == b and view.n == name then
+      if view.nb and tonumber(view.nb) > now_us then
+        rcall('ZADD', dq, view.nb, id) -- its score was not its not_before: put right
+      else
+        rcall('ZADD', rq, start_score(view), id)
+      end
+    end
   end
   queue_sync(dq, dh, b)
   queue_sync(rq, rh, b)
@@ -131,77 +135,109 @@ for _, name in ipairs(names) do
   local raw = rcall('ZRANGE', rh, 0, -1, 'WITHSCORES')
   for i = 1, #raw, 2 do
     if wanted[raw[i]] then
-      heads[#heads + 1] = { rq = root .. 'rq:' .. raw[i] .. ':' .. name, score = tonumber(raw[i + 1]) }
+      heads[#heads + 1] = { rq = root .. 'rq:' .. raw[i] .. ':' .. name, b = raw[i], n = name,
+                            score = tonumber(raw[i + 1]) }
     end
   end
 end
--- Sources: the `limit` queues with the best heads (the first `limit` tasks of the whole
--- merge are in them), so a call reads a few queues whatever the number of buckets.
+-- Sources: the queues whose heads are among the `limit` best (ties at the cut included): the
+-- first `limit` tasks of the whole merge are in them, so a call reads a few queues whatever
+-- the number of buckets.
 table.sort(heads, function(a, b)
   if a.score ~= b.score then return a.score < b.score end
   return bytes_less(a.rq, b.rq)
 end)
 local sources = {}
-for i = 1, math.min(limit, #heads) do sources[i] = { rq = heads[i].rq } end
+for i, head in ipairs(heads) do
+  if i > limit and head.score > heads[limit].score then break end
+  sources[#sources + 1] = { rq = head.rq, b = head.b, n = head.n, buf = {}, at = 1, next = 0,
+                            done = false }
+end
 
--- Candidates: the heads of each source, about 2 * limit in all, so the work per call follows
--- the batch, not the backlog; then merged by score (exact start order across these buckets).
-local per_source = math.min(2 * limit, math.max(2, math.ceil(2 * limit / math.max(1, #sources))))
-local candidates, listed = {}, {}
--- Entries first .. last (0-based) of one rq as candidates; true if it has more beyond.
-local function take(source, first, last)
-  local raw, kind = try_read('ZRANGE', source, first, last, 'WITHSCORES')
-  if not raw then return nil, corrupt(source, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
-  for i = 1, #raw, 2 do
-    if not listed[raw[i]] then -- a name given twice lists its queue twice: start a task once
-      listed[raw[i]] = true
-      candidates[#candidates + 1] = { id = raw[i], score = tonumber(raw[i + 1]) }
+-- Candidates: a k-way merge of the sources in start order (score, then id), each read in
+-- chunks, taken one by one by pass 1: the work per call follows the batch, not the backlog,
+-- and one key's backlog (one queue) can fill the whole batch.
+local chunk = math.max(2, math.ceil(2 * limit / math.max(1, #sources)))
+local function refill(src)
+  local raw, kind = try_read('ZRANGE', src.rq, src.next, src.next + chunk - 1, 'WITHSCORES')
+  if not raw then return corrupt(src.rq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
+  src.buf, src.at, src.next = raw, 1, src.next + #raw / 2
+  src.done = #raw / 2 < chunk
+end
+for _, src in ipairs(sources) do
+  local bad = refill(src)
+  if bad then return bad end
+end
+local listed = {}
+-- The next candidate of the merge ({ id, source }), or nil when the sources are exhausted;
+-- a CORRUPT reply as the second value.
+local function next_candidate()
+  while true do
+    local best, best_id, best_score
+    for _, src in ipairs(sources) do
+      if src.at <= #src.buf then
+        local id, score = src.buf[src.at], tonumber(src.buf[src.at + 1])
+        if not best or score < best_score or (score == best_score and bytes_less(id, best_id)) then
+          best, best_id, best_score = src, id, score
+        end
+      end
+    end
+    if not best then return nil end
+    best.at = best.at + 2
+    if best.at > #best.buf and not best.done then
+      local bad = refill(best)
+      if bad then return nil, bad end
+    end
+    if not listed[best_id] then -- a name given twice lists its queue twice: start a task once
+      listed[best_id] = true
+      return { id = best_id, source = best }
     end
   end
-  return #raw / 2 > last - first
 end
-local deeper = {}
-for _, src in ipairs(sources) do
-  local more, bad = take(src.rq, 0, per_source - 1)
-  if bad then return bad end
-  if more then deeper[#deeper + 1] = src.rq end
-end
--- The queues that had more fill the rest of the 2 * limit budget: one key's backlog (one
--- bucket) fills a whole batch, not per_source slots of it (16 tasks of one key began 2 per call).
-for _, source in ipairs(deeper) do
-  local room = 2 * limit - #candidates
-  if room <= 0 then break end
-  take(source, per_source, per_source + room - 1)
-end
-table.sort(candidates, function(a, b)
-  if a.score ~= b.score then return a.score < b.score end
-  return bytes_less(a.id, b.id)
-end)
 
--- Pass 1: read and validate; pick the ones that may start now. One HMGET per candidate reads
--- and type-checks the task, one ZCOUNT the history (is the entry of the new version there?).
-local chosen = {}
-for i = 1, #candidates do
-  if #chosen >= limit then break end
-  local id = candidates[i].id
-  local key = root .. 't:' .. id
+-- Pass 1: read and validate the candidates in merge order; pick the ones that may start now.
+-- One HMGET per candidate reads and type-checks the task, one ZCOUNT the history (is the
+-- entry of the new version there?).
+local chosen, stale = {}, {}
+-- Candidate c: chosen, passed over (not due by `now`), or stale; a CORRUPT reply, else nil.
+local function consider(c)
+  local key = root .. 't:' .. c.id
   local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'v', 'at', 'fs')
-  if not f or not f[9] and rcall('EXISTS', key) == 0 then
-    return corrupt(key, '', 'indexed task is missing or not a hash')
+  if not f then return corrupt(key, '', 'indexed task is not a hash') end
+  local view, bad
+  if f[1] or rcall('EXISTS', key) == 1 then view, bad = index_view_of(key, f) end
+  if bad then return bad end
+  local src = c.source
+  if not view or view.s ~= 'pending' or view.b ~= src.b or view.n ~= src.n then
+    -- An entry that no longer matches its task (left by an older version of the store, say):
+    -- derived data, dropped in pass 2, never started from.
+    stale[#stale + 1] = c
+    return nil
   end
-  local view, bad = index_view_of(key, f)
-  if not view then return bad end
   if not is_uint(f[9]) then return corrupt(key, 'v', 'status_version malformed') end
   if f[10] and not is_uint(f[10]) then return corrupt(key, 'at', 'attempt malformed') end
   local version = tonumber(f[9]) + 1
-  local history = root .. 'h:' .. id
+  local history = root .. 'h:' .. c.id
   local logged = try_read('ZCOUNT', history, version, version)
   if not logged then return corrupt(history, '', 'history is not a sorted set') end
-  if view.s == 'pending' and (not view.nb or tonumber(view.nb) <= now_us) then
-    chosen[#chosen + 1] = { id = id, key = key, view = view, version = version,
+  if not view.nb or tonumber(view.nb) <= now_us then
+    chosen[#chosen + 1] = { id = c.id, key = key, view = view, version = version,
                             attempt = f[10] or '1', position = f[11], history = history,
                             logged = logged > 0 }
   end
+  return nil
+end
+-- Up to 2 * limit candidates examined (passed over when not due by `now`), plus the stale
+-- entries met on the way (up to 100 a call; they are dropped, so they cost a call once).
+local examined = 0
+while #chosen < limit and examined < 2 * limit and #stale < 100 do
+  local c, broken = next_candidate()
+  if broken then return broken end
+  if not c then break end
+  local before = #stale
+  local bad = consider(c)
+  if bad then return bad end
+  if #stale == before then examined = examined + 1 end
 end
 
 -- Plan the index, counter and feed changes of the chosen tasks, in start order, and check every
@@ -232,6 +268,10 @@ for _, c in ipairs(chosen) do
 end
 index_flush()
 feed_flush(root)
+for _, c in ipairs(stale) do
+  rcall('ZREM', c.source.rq, c.id)
+  queue_sync(c.source.rq, root .. 'rh:' .. c.source.n, c.source.b)
+end
 if #started > 0 then
   rcall('RPUSH', memo, unpack(started))
   rcall('PEXPIRE', memo, memo_ttl)

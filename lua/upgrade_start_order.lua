@@ -13,13 +13,18 @@ ARGV[1]  bucket ('' with ARGV[2] '': nothing to queue, only record `so`)
 ARGV[2]  task name
 ARGV[3]  offset into {ns}:ix:pending:<bucket>:<name> (0-based)
 ARGV[4]  count (1..1000)
-ARGV[5]  '1': this is the last index key; record `so` once this slice finishes it
+ARGV[5]  '1': this is the last index key: once this slice finishes it, check every key
+ARGV[6]  number of (bucket, name) pairs to check, then the pairs: `so` is recorded only if
+         each pair's PENDING index holds as many tasks as its two queues together
 
 Replies
-  {'OK', read}     read: entries of the index slice looked at (< count: the key is done)
+  {'OK', read, recorded}   read: entries of the index slice looked at (< count: the key is
+                           done); recorded: 1 if `so` was recorded (else the caller walks again:
+                           a task that left the index between slices shifted the rest)
   {'CORRUPT', key, field, detail}   a listed task does not decode; nothing written
   {'BADARG', detail}
-Bound: `count` index entries read, as many tasks read and queued.
+Bound: `count` index entries read, as many tasks read and queued; the check, three ZCARDs
+per listed pair.
 Invariants: writes only start queue entries of PENDING tasks, each at the place lib/indexes
 gives it, and the queues' heads (rh/dh); never a task hash, count or feed position.
 ]]
@@ -29,14 +34,27 @@ gives it, and the queues' heads (rh/dh); never a task hash, count or feed positi
 local root, meta = KEYS[1], KEYS[2]
 local bucket, name, offset, count, last = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if last ~= '0' and last ~= '1' then return badarg('last flag malformed') end
+local pairs_n = ARGV[6]
+if not is_uint(pairs_n) or #ARGV ~= 6 + 2 * tonumber(pairs_n) then
+  return badarg('pair list malformed')
+end
+-- Record `so` if every listed pair's index and queues hold as many tasks; 1 if recorded.
+local function record_if_even()
+  for i = 7, #ARGV, 2 do
+    local b, n = ARGV[i], ARGV[i + 1]
+    local indexed = rcall('ZCARD', root .. 'ix:pending:' .. b .. ':' .. n)
+    local queued = rcall('ZCARD', root .. 'rq:' .. b .. ':' .. n)
+      + rcall('ZCARD', root .. 'dq:' .. b .. ':' .. n)
+    if indexed ~= queued then return 0 end
+  end
+  rcall('HSET', meta, 'so', '1')
+  return 1
+end
 local meta_kind = key_type(meta)
 if meta_kind ~= 'none' and meta_kind ~= 'hash' then
   return corrupt(meta, '', 'meta holds a ' .. meta_kind .. ', not a hash')
 end
-if bucket == '' and name == '' then
-  rcall('HSET', meta, 'so', '1')
-  return { 'OK', 0 }
-end
+if bucket == '' and name == '' then return { 'OK', 0, record_if_even() } end
 if not is_uint(bucket) or not name or name == '' then return badarg('bucket/name malformed') end
 if not is_uint(offset) or not is_uint(count) then return badarg('offset/count malformed') end
 count = tonumber(count)
@@ -63,5 +81,6 @@ end
 index_flush()
 queue_sync(rq, root .. 'rh:' .. name, bucket) -- the heads, even of queues written before them
 queue_sync(dq, root .. 'dh:' .. name, bucket)
-if last == '1' and #ids < count then rcall('HSET', meta, 'so', '1') end
-return { 'OK', #ids }
+local recorded = 0
+if last == '1' and #ids < count then recorded = record_if_even() end
+return { 'OK', #ids, recorded }

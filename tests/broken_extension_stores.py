@@ -382,6 +382,31 @@ class StartOrderKeepsThePriorityOfTheCreate(_Starter):
         ]
 
 
+class StartReadsAFewPerBucket(_Starter):
+    """start_tasks merges only the first ceil(2 * limit / buckets) due tasks of each bucket
+    (at least 2): the best tasks crowded in one bucket lose to worse ones elsewhere."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        buckets = sorted({s.bucket for s in ready})
+        each = max(2, -(-2 * limit // max(1, len(buckets))))
+        heads = [s for b in buckets for s in sorted((r for r in ready if r.bucket == b),
+                                                     key=_rank)[:each]]  # fmt: skip
+        return sorted(heads, key=_rank)[:limit]
+
+
+class StartPromotesDelayedByDueTime(_Starter):
+    """start_tasks lets only the `limit` earliest-due of the delayed tasks that came due compete
+    (a promotion that moves a few at a time, by not_before): a higher priority due later
+    waits behind them."""
+
+    def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
+        delayed = sorted((s for s in ready if s.not_before is not None),
+                         key=lambda s: (s.not_before, s.task_id))  # fmt: skip
+        promoted = {s.task_id for s in delayed[:limit]}
+        keep = [s for s in ready if s.not_before is None or s.task_id in promoted]
+        return sorted(keep, key=_rank)[:limit]
+
+
 class SaveDropsThePriority(InMemoryTaskStore):
     """save writes every field but the priority (back to 0): a retry loses its priority."""
 
@@ -997,6 +1022,8 @@ CAUGHT_BY: dict[str, str] = {
     "StartBreaksTiesNewestFirst": "test_equal_priorities_start_first_come_first_served_by_when_they_became_due",
     "StartForgetsThePriorityOfADelayedTask": "test_a_higher_priority_task_not_yet_due_waits_and_then_goes_first",
     "StartOrderKeepsThePriorityOfTheCreate": "test_a_saved_priority_change_moves_the_task_in_the_start_order",
+    "StartReadsAFewPerBucket": "test_a_batch_takes_the_best_tasks_even_when_they_crowd_one_bucket",
+    "StartPromotesDelayedByDueTime": "test_due_delayed_tasks_start_by_priority_not_by_when_they_came_due",
     "SaveDropsThePriority": "test_a_retry_keeps_its_priority_and_goes_before_older_tasks_of_lower_priority",
     "CommitFailedItemWritesHistory": CONFLICT,
     "CommitAllowsATaskTwice": "test_a_task_named_twice_in_one_call_is_refused_and_nothing_is_written",

@@ -185,6 +185,18 @@ def test_a_fallback_start_finds_due_tasks_behind_many_delayed_ones_in_start_orde
     assert plain.counts()[P] == 400
 
 
+def test_a_fallback_start_puts_a_newer_higher_priority_first() -> None:
+    plain = MinimalStore()
+    for i in range(8):
+        plain.create(task(f"old{i}", created=i))
+    plain.create(task("vip", created=100, priority=100))
+    args: dict[str, Any] = {"now": T0 + timedelta(seconds=200), "buckets": None,
+                            "lease_until": T0 + timedelta(seconds=300), "num_buckets": 1,
+                            "limit": 1, "names": set()}  # fmt: skip
+    assert [s.snapshot.task_id for s in StoreAdapter(plain).start(**args)] == ["vip"]
+    assert [s.snapshot.task_id for s in StoreAdapter(plain).start(**args)] == ["old0"]
+
+
 def test_touch_without_the_fence_is_a_plain_touch_that_reports_success() -> None:
     plain = MinimalStore()
     plain.create(task("a", R, 3))

@@ -7,10 +7,13 @@ answered and its slot is free for the next start)."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 
 from chongming_redis.runtime.runner import Runner
+
+log = logging.getLogger("chongming_redis.runtime")
 
 #: Finished tasks per ``commit_tasks`` round trip.
 COMMIT_BATCH = 100
@@ -28,7 +31,10 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
                 batch.append(runner.commits.get_nowait())
             except queue.Empty:
                 break
-        runner.writer.flush_many(batch)
+        try:
+            runner.writer.flush_many(batch)
+        except Exception:  # never the thread's end: slots would stay taken for good
+            log.exception("%s: group commit failed", runner.writer.owner)
         for held in batch:
             held.queued = False  # if the write failed, the supervisor retries it
             runner.settle(held)

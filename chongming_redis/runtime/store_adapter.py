@@ -162,9 +162,10 @@ class StoreAdapter:
         self, now: datetime, buckets: Collection[int] | None, limit: int, names: Collection[str]
     ) -> list[TaskSnapshot]:
         """The due ``PENDING`` tasks a fallback start tries, in start order (``start_rank``).
-        A query lists ``PENDING`` tasks oldest first, delayed ones included, so the window
-        grows (x4, up to ``FALLBACK_SCAN``) until it holds ``2 * limit`` due ones or all of
-        them: delayed tasks in front of due ones cost a longer query, never a stall."""
+        A query lists ``PENDING`` tasks oldest first, delayed ones and every priority mixed,
+        so the window grows (x4, up to ``FALLBACK_SCAN``) until it holds all of them: delayed
+        tasks in front of due ones, or a newer task of a higher priority, cost a longer query,
+        never a stall or an inversion (exact among the first ``FALLBACK_SCAN``)."""
         window = 4 * limit
         while True:
             query = TaskQuery(statuses=frozenset({TaskStatus.PENDING}), limit=window,
@@ -173,7 +174,7 @@ class StoreAdapter:
             due = [s for s in listed
                    if (not names or s.name in names)
                    and (s.not_before is None or s.not_before <= now)]  # fmt: skip
-            if len(due) >= 2 * limit or len(listed) < window or window >= FALLBACK_SCAN:
+            if len(listed) < window or window >= FALLBACK_SCAN:
                 return sorted(due, key=_rank)
             window = min(4 * window, FALLBACK_SCAN)
 

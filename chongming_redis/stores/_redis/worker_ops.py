@@ -207,6 +207,9 @@ def start_tasks(
 
 #: Index entries per ``upgrade_start_order`` call.
 UPGRADE_SLICE = 500
+#: Walks of the pending index before the upgrade gives up (a task that leaves the index while
+#: it walks shifts the slices: the count check at the end sees it and it walks again).
+UPGRADE_ROUNDS = 3
 #: The ``{ns}:meta`` field that says the start queues hold every PENDING task.
 START_ORDER_FIELD = "so"
 
@@ -229,20 +232,27 @@ def upgrade_start_order(keys: Keys) -> Plan[int]:
                            (keys.bucket_names("pending", bucket),))  # fmt: skip
         queues += [(bucket, name) for name in sorted(text(n) for n in names)]
     script_keys = [keys.root, keys.meta]
+    checked = [part for bucket, name in queues for part in (bucket, name)]
     if not queues:
-        yield script("upgrade_start_order", script_keys, ["", "", 0, 1, 1])
+        yield script("upgrade_start_order", script_keys, ["", "", 0, 1, 1, 0])
+        return 0
     looked = 0
-    for i, (bucket, name) in enumerate(queues):
-        last = 1 if i == len(queues) - 1 else 0
-        offset = 0
-        while True:
-            reply = yield script("upgrade_start_order", script_keys,
-                                 [bucket, name, offset, UPGRADE_SLICE, last])  # fmt: skip
-            read = int(reply[1])
-            looked, offset = looked + read, offset + read
-            if read < UPGRADE_SLICE:
-                break
-    return looked
+    for _ in range(UPGRADE_ROUNDS):
+        for i, (bucket, name) in enumerate(queues):
+            last = 1 if i == len(queues) - 1 else 0
+            offset = 0
+            while True:
+                reply = yield script("upgrade_start_order", script_keys,
+                                     [bucket, name, offset, UPGRADE_SLICE, last,
+                                      len(queues), *checked])  # fmt: skip
+                read = int(reply[1])
+                looked, offset = looked + read, offset + read
+                if read < UPGRADE_SLICE:
+                    break
+        if int(reply[2]):
+            return looked
+    raise CorruptRecord(keys.meta, START_ORDER_FIELD,
+                        "PENDING tasks keep changing under the start queue upgrade")  # fmt: skip
 
 
 def record_task_types(keys: Keys, names: Collection[str]) -> Plan[None]:

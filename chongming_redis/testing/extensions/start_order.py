@@ -116,3 +116,24 @@ class StartOrderContract(ContractBase):
         self.store.save(replace(a, priority=-1, status_version=2), expect_version=1)
         assert self._start(store, limit=100) == ["c", "b", "a"]
         assert [self.store.get(t).priority for t in "abc"] == [-1, 0, 1]  # type: ignore[union-attr]
+
+    def test_a_batch_takes_the_best_tasks_even_when_they_crowd_one_bucket(self) -> None:
+        """Four high-priority tasks in one bucket, two low ones in each of three others: a call
+        of limit 4 takes the four high ones (a store that reads a few heads per bucket takes
+        two of them and two low ones)."""
+        if (store := self._batching()) is None:
+            return
+        self.put(*(_task(f"hi-{i}", created=i, priority=10) for i in range(4)))
+        self.put(*(_task(f"lo-{b}-{i}", created=i, bucket=b) for b in (1, 2, 3) for i in range(2)))
+        assert self._start(store, buckets=[0, 1, 2, 3], limit=4) == [f"hi-{i}" for i in range(4)]
+        assert self._start(store, buckets=[0, 1, 2, 3], limit=2) == ["lo-1-0", "lo-2-0"]
+
+    def test_due_delayed_tasks_start_by_priority_not_by_when_they_came_due(self) -> None:
+        """Three delayed tasks all due by now, the latest due with the highest priority: one
+        at a time, it starts first (a store that moves due tasks over a few at a time, earliest
+        due first, starts the other two before it)."""
+        if (store := self._batching()) is None:
+            return
+        self.put(_task("a", not_before=at(1)), _task("b", not_before=at(2)),
+                 _task("c", priority=50, not_before=at(3)))  # fmt: skip
+        assert [self._start(store, limit=1) for _ in range(4)] == [["c"], ["a"], ["b"], []]

@@ -460,3 +460,13 @@ def test_a_due_task_waiting_while_a_worker_had_a_free_slot_is_caught() -> None:
     noisy = start_checks.check_work_conservation({"x": x, "y": y}, finals, 2, interval=1.0,
                                                  quiet=lambda since, until: False)  # fmt: skip
     assert noisy == []
+
+
+def test_a_submitted_delay_is_not_held_against_a_start_before_a_later_retry() -> None:
+    """Started once, then LOST and sent back without a parsable delay (a hand-back): the final
+    not_before is the later attempt's, not the start's."""
+    history = [_at("h", 1, None, P, 0, "submitted by d"),
+               _at("h", 2, P, R, 1, "started by w1 (attempt 1)"),
+               _at("h", 3, R, P, 2, "handed back at shutdown")]  # fmt: skip
+    final = replace(_snap("h", 3, P), not_before=T0 + timedelta(seconds=9))
+    assert start_checks.check_not_before({"h": history}, {"h": final}) == []

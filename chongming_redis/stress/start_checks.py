@@ -38,14 +38,26 @@ def check_not_before(
             match = RETRY_DELAY.match(before.reason or "") if before is not None else None
             if match is not None:
                 due = before.at.timestamp() + float(match["seconds"])  # type: ignore[union-attr]
-            elif len(starts) == 1 and final is not None and final.not_before is not None:
-                due = final.not_before.timestamp()
+            elif submitted_delay_applies(history, final):
+                due = final.not_before.timestamp()  # type: ignore[union-attr]
             if due is not None and history[i].at.timestamp() < due - tolerance:
                 early = (
                     f"v{history[i].version} started {due - history[i].at.timestamp():.3f}s early"
                 )
                 found.append(Violation("early_starts", task_id, early))
     return found
+
+
+def submitted_delay_applies(history: Sequence[Transition], final: TaskSnapshot | None) -> bool:
+    """Whether the final snapshot's ``not_before`` is the submit's and governed the task's one
+    start: started once and never sent back to ``PENDING`` after (a retry, a hand-back, a
+    resume would have set or kept another one)."""
+    if final is None or final.not_before is None:
+        return False
+    starts = [i for i, e in enumerate(history) if _is_start(e)]
+    if len(starts) != 1:
+        return False
+    return not any(e.to_status is TaskStatus.PENDING for e in history[starts[0] + 1 :])
 
 
 def running_intervals(
@@ -100,9 +112,10 @@ def due_since(history: Sequence[Transition], i: int, final: TaskSnapshot | None)
     match = RETRY_DELAY.match(before.reason or "")
     if match is not None:
         return due + float(match["seconds"])
-    starts = sum(1 for e in history if _is_start(e))
     if final is not None and final.not_before is not None:
-        return max(due, final.not_before.timestamp()) if starts == 1 else None
+        if not submitted_delay_applies(history, final):
+            return None
+        return max(due, final.not_before.timestamp())
     return due
 
 

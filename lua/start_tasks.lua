@@ -135,23 +135,23 @@ for _, name in ipairs(names) do
   local raw = rcall('ZRANGE', rh, 0, -1, 'WITHSCORES')
   for i = 1, #raw, 2 do
     if wanted[raw[i]] then
-      heads[#heads + 1] = { rq = root .. 'rq:' .. raw[i] .. ':' .. name, b = raw[i], n = name,
-                            score = tonumber(raw[i + 1]) }
+      heads[#heads + 1] = { b = raw[i], n = name, score = tonumber(raw[i + 1]) }
     end
   end
 end
 -- Sources: the queues whose heads are among the `limit` best (ties at the cut included): the
 -- first `limit` tasks of the whole merge are in them, so a call reads a few queues whatever
 -- the number of buckets.
-table.sort(heads, function(a, b)
+table.sort(heads, function(a, b) -- ties by bucket, then name: numbers, not byte strings
   if a.score ~= b.score then return a.score < b.score end
-  return bytes_less(a.rq, b.rq)
+  if a.b ~= b.b then return tonumber(a.b) < tonumber(b.b) end
+  return bytes_less(a.n, b.n)
 end)
 local sources = {}
 for i, head in ipairs(heads) do
   if i > limit and head.score > heads[limit].score then break end
-  sources[#sources + 1] = { rq = head.rq, b = head.b, n = head.n, buf = {}, at = 1, next = 0,
-                            done = false }
+  sources[#sources + 1] = { rq = root .. 'rq:' .. head.b .. ':' .. head.n, b = head.b,
+                            n = head.n, buf = {}, at = 1, next = 0, done = false }
 end
 
 -- Candidates: a k-way merge of the sources in start order (score, then id), each read in

@@ -57,12 +57,17 @@ class TaskWriter:
     # -- held tasks: state changes ---------------------------------------------------------
 
     def transition(
-        self, held: Held, status: TaskStatus, reason: str | None, **changes: Any
-    ) -> None:
-        """Move a held task on in memory; ``flush`` writes it."""
+        self, held: Held, status: TaskStatus, reason: str | None,
+        not_before_in: timedelta | None = None, **changes: Any,
+    ) -> None:  # fmt: skip
+        """Move a held task on in memory; ``flush`` writes it. ``not_before_in``: a not_before
+        that long after the transition's own time (a retry's backoff, from the instant its
+        history entry records)."""
         with held.write_lock:
             old = held.snapshot
             now = self.clock.now()
+            if not_before_in is not None:
+                changes["not_before"] = now + not_before_in
             if "progress" not in changes and held.ctx.progress is not None:
                 changes["progress"] = held.ctx.progress  # not the stale one of the last save
             new = advance(old, status, now, **changes)
@@ -291,7 +296,7 @@ class TaskWriter:
             return False
         delay, reason = self._next_attempt(attempt, why)
         self.transition(held, TaskStatus.PENDING, reason, attempt=attempt + 1,
-                        not_before=self.clock.now() + delay, progress=None)  # fmt: skip
+                        not_before_in=delay, progress=None)  # fmt: skip
         return True
 
     def _next_attempt(self, attempt: int, why: str) -> tuple[timedelta, str]:

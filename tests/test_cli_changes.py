@@ -53,7 +53,8 @@ def test_follow_prints_new_changes_until_interrupted(redis_proc: RedisProc, name
     store.create(TaskSnapshot("first", "job", TaskStatus.PENDING, 1, T0, T0))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
     follower = subprocess.Popen(
-        [sys.executable, "-m", "chongming_redis.cli", "changes", "--follow", "--interval", "0.05",
+        [sys.executable, "-X", "faulthandler", "-m", "chongming_redis.cli", "changes", "--follow",
+         "--interval", "0.05",
          "--redis", redis_proc.url, "--namespace", namespace],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -64,7 +65,12 @@ def test_follow_prints_new_changes_until_interrupted(redis_proc: RedisProc, name
     store.create(TaskSnapshot("second", "job", TaskStatus.PENDING, 1, T0, T0))
     assert json.loads(follower.stdout.readline())["task_id"] == "second"
     follower.send_signal(signal.SIGINT)
-    _, err = follower.communicate(timeout=10)
+    try:
+        _, err = follower.communicate(timeout=10)
+    except subprocess.TimeoutExpired:  # where it hangs: faulthandler dumps every thread
+        follower.send_signal(signal.SIGABRT)
+        _, err = follower.communicate(timeout=10)
+        raise AssertionError(f"no exit 10 s after SIGINT:\n{err}") from None
     assert follower.returncode == 0, err
     assert "Traceback" not in err
 

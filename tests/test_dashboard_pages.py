@@ -47,6 +47,22 @@ def test_the_overview_of_an_empty_store_says_so_and_counts_zero(web: TestClient)
     assert 'data-events="/events/overview"' in page.text
 
 
+def test_the_overview_names_a_task_type_whose_due_tasks_wait_with_nobody_to_run_them(
+    web: TestClient, store: TaskStore
+) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from chongming_redis.model import TaskSnapshot
+
+    long_ago = datetime.now(timezone.utc) - timedelta(minutes=5)
+    store.create(TaskSnapshot("old", "mail.send", TaskStatus.PENDING, 1, long_ago, long_ago))
+    page = web.get("/").text
+    assert "of type <b>mail.send</b> have been due for up to 30" in page
+    store.create(TaskSnapshot("new", "fresh", TaskStatus.PENDING, 1, datetime.now(timezone.utc),
+                              datetime.now(timezone.utc)))  # fmt: skip
+    assert "<b>fresh</b>" not in web.get("/").text
+
+
 def test_the_overview_counts_what_the_store_counts_and_follows_it(
     web: TestClient, store: TaskStore
 ) -> None:

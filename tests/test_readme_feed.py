@@ -39,7 +39,8 @@ def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_pa
     store = RedisTaskStore.from_url(redis_proc.url, namespace="app")
     store.client.delete(*store.client.keys("{app}:*") or ["{app}:none"])
     store.create(TaskSnapshot("before", "job", TaskStatus.PENDING, 1, T0, T0))
-    process = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
+    process = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], cwd=tmp_path,
+                               text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
     assert process.stdout is not None
@@ -58,5 +59,10 @@ def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_pa
         if rows == [("before", "pending"), ("during", "removed")]:
             break
     process.send_signal(signal.SIGINT)
-    process.communicate(timeout=10)
+    try:
+        process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:  # where it hangs: faulthandler dumps every thread
+        process.send_signal(signal.SIGABRT)
+        _, err = process.communicate(timeout=10)
+        raise AssertionError(f"no exit 10 s after SIGINT:\n{err}") from None
     assert rows == [("before", "pending"), ("during", "removed")]

@@ -22,6 +22,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.runtime.stranded import Stranded, stranded_types
 from chongming_redis.stores.extensions import (
     BucketCountingStore,
     BucketPoolStore,
@@ -61,6 +62,8 @@ class Overview:
     workers: tuple[WorkerRow, ...]
     feed: FeedStats | None
     backlog: CommandBacklog | None
+    #: Task types whose due tasks wait with nobody to run them (``runtime/stranded.py``).
+    stranded: tuple[Stranded, ...] = ()
 
     @property
     def total(self) -> int:
@@ -113,7 +116,10 @@ def read_overview(store: TaskStore) -> Overview:
     )
     feed = store.feed_stats() if isinstance(store, ChangeFeed) else None
     backlog = store.command_backlog() if isinstance(store, CommandInspectingStore) else None
-    return Overview(now, counts, bucket_rows, worker_rows, feed, backlog)
+    stranded = (
+        tuple(stranded_types(store, now, limit=200)) if counts.get(TaskStatus.PENDING) else ()
+    )
+    return Overview(now, counts, bucket_rows, worker_rows, feed, backlog, stranded)
 
 
 @dataclass(frozen=True)

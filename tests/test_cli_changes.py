@@ -27,6 +27,13 @@ def lines(output: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in output.splitlines()]
 
 
+def _default_sigint() -> None:
+    """The child starts with Ctrl-C as a fresh shell gives it (default, unblocked), whatever
+    state the test runner's process is in: the tests are about the follower, not the runner."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_full_read_then_a_resume_from_the_printed_cursor(
     redis_proc: RedisProc, namespace: str
 ) -> None:
@@ -57,6 +64,7 @@ def test_follow_prints_new_changes_until_interrupted(redis_proc: RedisProc, name
          "--interval", "0.05",
          "--redis", redis_proc.url, "--namespace", namespace],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     assert follower.stdout is not None
     assert json.loads(follower.stdout.readline())["task_id"] == "first"

@@ -32,6 +32,13 @@ def feed_example() -> str:
     return match.group(1)
 
 
+def _default_sigint() -> None:
+    """The child starts with Ctrl-C as a fresh shell gives it (default, unblocked), whatever
+    state the test runner's process is in: the tests are about the follower, not the runner."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_path: Path) -> None:
     code = feed_example()
     assert len(code.strip().splitlines()) <= 12
@@ -42,7 +49,8 @@ def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_pa
     process = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], cwd=tmp_path,
                                text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                               preexec_fn=_default_sigint)  # fmt: skip
     assert process.stdout is not None
     assert "changes applied" in process.stdout.readline()
     store.create(TaskSnapshot("during", "job", TaskStatus.SUCCEEDED, 1, T0, T0))

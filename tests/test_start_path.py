@@ -15,8 +15,6 @@ Every check counts outcomes and orders events; none times a run against a budget
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 import pytest
 
 from chongming_redis.client.client import Client
+from chongming_redis.embedded.workers import WorkerProcesses
 from chongming_redis.model import TaskStatus
 from chongming_redis.stress.checkers import START
 from tests.support.store_targets import STORE_KINDS, StoreTarget
@@ -63,36 +62,30 @@ def send(ctx, params):
 
 
 class Workers:
-    """``chongming-redis worker`` processes on one store target, stopped at the end."""
+    """``chongming-redis worker`` processes (``embedded.workers.WorkerProcesses``, one per app)
+    on one store target, stopped at the end."""
 
     def __init__(self, tmp: Path, target: StoreTarget) -> None:
         self.tmp, self.target = tmp, target
         (tmp / "startapp.py").write_text(APP_SOURCE, "utf-8")
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
+        self.env["PYTHONPATH"] = os.pathsep.join([str(tmp), str(ROOT)])
+        self.apps: dict[str, WorkerProcesses] = {}
 
     def start(self, app: str = "startapp:app", *args: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CHONGMING_")}
-        env["PYTHONPATH"] = os.pathsep.join([str(self.tmp), str(ROOT)])
-        with (self.tmp / f"worker-{len(self.procs)}.log").open("wb") as log:
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "chongming_redis.cli", "worker", app,
-                 *self.target.cli_args(), "--grace", "5", *args],
-                cwd=self.tmp, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            ))  # fmt: skip
+        if app not in self.apps:
+            logs = self.tmp / app.replace(":", "-")
+            logs.mkdir()
+            self.apps[app] = WorkerProcesses(app, self.target.url, self.target.namespace,
+                                             logdir=logs, env=self.env, cwd=self.tmp)  # fmt: skip
+        self.apps[app].spawn(["--grace", "5", *args])
 
     def logs(self) -> str:
-        return "\n".join(p.read_text("utf-8", "replace") for p in self.tmp.glob("worker-*.log"))
+        return "\n".join(p.read_text("utf-8", "replace") for p in self.tmp.glob("*/worker-*.log"))
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        for workers in self.apps.values():
+            workers.stop_all(timeout=30)
 
 
 @pytest.fixture(params=STORE_KINDS)

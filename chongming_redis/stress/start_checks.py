@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress.checkers import START, Violation
@@ -60,23 +60,31 @@ def submitted_delay_applies(history: Sequence[Transition], final: TaskSnapshot |
     return not any(e.to_status is TaskStatus.PENDING for e in history[starts[0] + 1 :])
 
 
-def running_intervals(
+def _held_spans(
     histories: Mapping[str, Sequence[Transition]],
-) -> dict[str, list[tuple[float, float, str]]]:
-    """Per owner, ``(start, end, task)`` of each attempt it ran: from its start entry to the
-    entry that moved the task out of ``RUNNING``/``PAUSED`` (a paused task keeps its slot).
-    Attempts that ended ``LOST`` (written by a reconciler when the holder was gone) or never
-    ended are left out: their end is not when the holder let the slot go."""
-    held: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+) -> Iterator[tuple[str, str, float, Transition | None]]:
+    """Each attempt's ``(owner, task, start, end entry)``: from its start entry to the entry
+    that moved the task out of ``RUNNING``/``PAUSED`` (a paused task keeps its slot), ``None``
+    when it never left."""
+    holding = (TaskStatus.RUNNING, TaskStatus.PAUSED)
     for task_id, history in histories.items():
         for i, entry in enumerate(history):
             match = START.match(entry.reason or "") if _is_start(entry) else None
-            if match is None:
-                continue
-            holding = (TaskStatus.RUNNING, TaskStatus.PAUSED)
-            end = next((e for e in history[i + 1 :] if e.to_status not in holding), None)
-            if end is not None and end.to_status is not TaskStatus.LOST:
-                held[match["owner"]].append((entry.at.timestamp(), end.at.timestamp(), task_id))
+            if match is not None:
+                end = next((e for e in history[i + 1 :] if e.to_status not in holding), None)
+                yield match["owner"], task_id, entry.at.timestamp(), end
+
+
+def running_intervals(
+    histories: Mapping[str, Sequence[Transition]],
+) -> dict[str, list[tuple[float, float, str]]]:
+    """Per owner, ``(start, end, task)`` of each attempt it ran (``_held_spans``). Attempts that
+    ended ``LOST`` (written by a reconciler when the holder was gone) or never ended are left
+    out: their end is not when the holder let the slot go."""
+    held: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for owner, task_id, start, end in _held_spans(histories):
+        if end is not None and end.to_status is not TaskStatus.LOST:
+            held[owner].append((start, end.at.timestamp(), task_id))
     return held
 
 
@@ -159,16 +167,9 @@ def _occupancy(histories: Mapping[str, Sequence[Transition]]) -> dict[str, list[
     """Per owner, each start time and how many tasks the owner held right after it (attempts
     that ended LOST or never ended count as held to the end: the safe side)."""
     held: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for history in histories.values():
-        for i, entry in enumerate(history):
-            match = START.match(entry.reason or "") if _is_start(entry) else None
-            if match is None:
-                continue
-            holding = (TaskStatus.RUNNING, TaskStatus.PAUSED)
-            end = next((e for e in history[i + 1 :] if e.to_status not in holding), None)
-            lost = end is None or end.to_status is TaskStatus.LOST
-            until = float("inf") if lost else end.at.timestamp()  # type: ignore[union-attr]
-            held[match["owner"]].append((entry.at.timestamp(), until))
+    for owner, _, start, end in _held_spans(histories):
+        lost = end is None or end.to_status is TaskStatus.LOST
+        held[owner].append((start, float("inf") if lost else end.at.timestamp()))  # type: ignore[union-attr]
     return {
         owner: [(start, sum(1 for s, e in spans if s <= start < e)) for start, _ in spans]
         for owner, spans in held.items()

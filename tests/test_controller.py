@@ -1008,6 +1008,8 @@ def test_a_paused_task_whose_holder_died_is_kept_paused_as_a_new_attempt(
     holder.start()
     task_id = holder.submit("tick")
     wait_status(store, task_id, R)
+    # stored RUNNING by the start call a moment before the holder registers it as held
+    wait_until(lambda: holder.held.get(task_id) is not None, what="the holder to hold it")
     assert holder.pause(task_id) == "paused"
     # The holder dies: its threads stop renewing, nothing is handed back.
     holder._running.clear()

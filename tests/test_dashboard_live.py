@@ -128,11 +128,14 @@ def test_a_list_page_updates_its_rows_and_counts_new_matching_tasks(
         store.create(snapshot("new-match", 200))  # pending, matches the page's filters
         store.create(snapshot("new-other", 201, name="elsewhere"))  # does not match
 
+    got: set[str] = set()
+
+    def both_seen(patch: Patch) -> bool:  # the two changes may come in one patch or in two
+        got.update(k for k in patch if k in ("list-notice", "row-2"))
+        return got == {"list-notice", "row-2"}
+
     patches = patches_until(
-        f"{base}/events/tasks?limit=5&name=resize",
-        lambda p: "list-notice" in p and "row-2" in "".join(q for q in p),
-        act=change,
-        timeout=15,
+        f"{base}/events/tasks?limit=5&name=resize", both_seen, act=change, timeout=15
     )
     rows = {k: v for p in patches for k, v in p.items() if k.startswith("row-")}
     assert 'data-status="lost"' in rows["row-2"]

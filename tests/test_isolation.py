@@ -40,6 +40,7 @@ def test_a_task_that_never_checks_in_is_stopped_by_killing_its_process(
 ) -> None:
     task_id = controller.submit("spin_forever")
     wait_until(lambda: status(controller, task_id) is TaskStatus.RUNNING)
+    wait_until(lambda: controller.held.get(task_id) is not None)  # held a moment after
     assert controller.stop(task_id) == "stopping"
     wait_until(lambda: status(controller, task_id) is TaskStatus.STOPPED)
     assert [t.to_status for t in controller.history(task_id)][-1] is TaskStatus.STOPPED

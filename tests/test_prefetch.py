@@ -274,3 +274,75 @@ def test_a_task_is_handed_back_once_however_often_it_is_asked() -> None:
     finally:
         gate.set()
         controller.shutdown(grace=2)
+
+
+def _blocked_task(name: str) -> tuple[Controller, InMemoryTaskStore, threading.Event, list[str]]:
+    store = InMemoryTaskStore()
+    app = App(name)
+    gate = threading.Event()
+    returned: list[str] = []
+
+    @app.task()
+    def block(ctx: TaskContext, params: Any) -> None:
+        gate.wait(10)
+        returned.append(ctx.task_id)
+
+    controller = Controller(store, app=app, **{**FAST, "concurrency": 1})
+    controller.start()
+    return controller, store, gate, returned
+
+
+def test_a_hand_back_or_a_pause_after_the_task_ended_moves_nothing() -> None:
+    """The shutdown's hand-back (or a pause) racing the task's own end: once the end is
+    recorded here, nothing moves the finished task on — not to a new attempt, not to PAUSED
+    (the store cannot fence it: the version is ours). Then the function's return, which lost
+    the race, writes nothing either."""
+    controller, store, gate, returned = _blocked_task("end-then-hand-back")
+    try:
+        task_id = controller.submit("block")
+        wait_status(store, task_id, TaskStatus.RUNNING)
+        held = controller.held.get(task_id)
+        assert held is not None
+        writer = controller.writer
+        assert writer.end(held, TaskStatus.SUCCEEDED, None, result=None)
+        writer.hand_back(held, "requeue")
+        assert not writer.transition(held, TaskStatus.PAUSED, "pause requested")
+        assert not writer.end(held, TaskStatus.FAILED, None)  # claimed once
+        assert writer.flush(held)
+        gate.set()  # the function returns: its end lost the race
+        wait_until(lambda: returned == [task_id])
+        time.sleep(0.3)
+        history = store.history(task_id)
+        assert [e.to_status for e in history][-1] is TaskStatus.SUCCEEDED
+        assert [e.to_status for e in history].count(TaskStatus.SUCCEEDED) == 1
+        final = store.get(task_id)
+        assert final is not None and final.status is TaskStatus.SUCCEEDED
+        assert final.attempt == 1 and final.status_version == history[-1].version
+    finally:
+        gate.set()
+        controller.shutdown(grace=5)
+
+
+def test_a_task_handed_back_before_its_function_returns_records_no_end_of_its_own() -> None:
+    controller, store, gate, returned = _blocked_task("hand-back-then-end")
+    try:
+        task_id = controller.submit("block")
+        wait_status(store, task_id, TaskStatus.RUNNING)
+        held = controller.held.get(task_id)
+        assert held is not None
+        controller.writer.hand_back(held, "requeue")
+        version = held.snapshot.status_version
+        gate.set()
+        wait_until(lambda: task_id in returned)
+        time.sleep(0.3)
+        assert held.snapshot.status_version == version  # its return moved nothing
+        history = store.history(task_id)
+        handed = next(i for i, e in enumerate(history) if e.reason == "handed back at shutdown")
+        assert history[handed - 1].to_status is TaskStatus.RUNNING
+        # nothing of attempt 1 after its hand-back: what follows is attempt 2's own start
+        assert all(e.from_status is not TaskStatus.PENDING or e.to_status is TaskStatus.RUNNING
+                   or e.to_status is TaskStatus.STOPPED for e in history[handed + 1 :])  # fmt: skip
+        assert [e.to_status for e in history].count(TaskStatus.SUCCEEDED) <= 1
+    finally:
+        gate.set()
+        controller.shutdown(grace=5)

@@ -89,14 +89,16 @@ class CommandHandler:
         if kind is CommandKind.PAUSE:
             if status is TaskStatus.PAUSED:
                 return "already-paused"
-            self.writer.transition(held, TaskStatus.PAUSED, "pause requested")
+            if not self.writer.transition(held, TaskStatus.PAUSED, "pause requested"):
+                return "already-terminal"  # it ended (or was handed back) meanwhile
             ctx.set_paused(True)
             self.writer.flush(held)
             self.release_unbegun(held)  # it waited for a slot: handed back paused, unheld
             return "paused"
         if status is not TaskStatus.PAUSED:
             return "not-paused"
-        self.writer.transition(held, TaskStatus.RUNNING, "resume requested")
+        if not self.writer.transition(held, TaskStatus.RUNNING, "resume requested"):
+            return "already-terminal"
         ctx.set_paused(False)
         self.writer.flush(held)
         return "resumed"

@@ -35,7 +35,10 @@ class Held:
     stop_commands: list[str] = field(default_factory=list)
     done: bool = False
     began: bool = False  # its function was called (a prefetched task waits with False)
-    handed_back: bool = False  # given back (shutdown, a pause while it waited): at most once
+    #: Its last move here was made (its end, or its hand-back): claimed once, under
+    #: ``write_lock``, so a hand-back or a pause racing the function's return cannot move a
+    #: finished task on.
+    ended: bool = False
     final_outcome: str = "already-terminal"
     queued: bool = False  # waiting for the group committer
     #: Counted in the runner's outstanding tasks: until its end is written (or it is let go),

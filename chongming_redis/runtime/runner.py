@@ -363,9 +363,10 @@ class Runner:
         """Record how a task ended; the group committer writes it (or now, ``write_now``). A
         stop command that waited for it is answered with how it ended: ``stopped``, or
         ``succeeded``/``failed`` for a task that finished without honouring the stop."""
-        self.writer.transition(held, status, reason, **changes)
-        if retry_after is not None:
-            self.writer.retry_transition(held, retry_after)
+        if not self.writer.end(held, status, reason, retry_after=retry_after, **changes):
+            log.info("%s: %s was handed back before its end was recorded; %s is discarded",
+                     self.writer.owner, held.task_id, status.value)  # fmt: skip
+            return
         held.done = True
         held.final_outcome = status.value
         if self.group_commit and not write_now:  # many finished tasks per round trip

@@ -14,7 +14,6 @@ let go, loudly. A lost reply is told apart from a real conflict by reading the t
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,29 +51,61 @@ class TaskWriter:
         self.retry = retry
         #: The controller's observer (metrics); the runner and the loops report through it.
         self.events = events
-        self._hand_backs = threading.Lock()
 
     # -- held tasks: state changes ---------------------------------------------------------
 
     def transition(
         self, held: Held, status: TaskStatus, reason: str | None,
         not_before_in: timedelta | None = None, **changes: Any,
-    ) -> None:  # fmt: skip
+    ) -> bool:  # fmt: skip
         """Move a held task on in memory; ``flush`` writes it. ``not_before_in``: a not_before
         that long after the transition's own time (a retry's backoff, from the instant its
-        history entry records)."""
+        history entry records). False, and nothing moved, once the task has ended here
+        (``end``, ``hand_back``): a pause or a resume that loses the race with the task's own
+        end must not move a finished task on — the store could not fence it, the version is
+        ours."""
         with held.write_lock:
-            old = held.snapshot
-            now = self.clock.now()
-            if not_before_in is not None:
-                changes["not_before"] = now + not_before_in
-            if "progress" not in changes and held.ctx.progress is not None:
-                changes["progress"] = held.ctx.progress  # not the stale one of the last save
-            new = advance(old, status, now, **changes)
-            held.snapshot = new
-            held.pending.append(
-                Transition(old.task_id, new.status_version, old.status, status, now, reason)
-            )
+            if held.ended:
+                return False
+            self._move(held, status, reason, not_before_in, changes)
+            return True
+
+    def end(
+        self, held: Held, status: TaskStatus, reason: str | None, *,
+        retry_after: str | None = None, **changes: Any,
+    ) -> bool:  # fmt: skip
+        """The task's last move in this process, claimed once: how it ended and, with
+        ``retry_after`` (why), its next attempt where the retry policy allows (``PENDING``
+        after the backoff, in the same write). False, and nothing moved, when something else
+        ended it first (its hand-back at shutdown won the race with its function's return)."""
+        with held.write_lock:
+            if held.ended:
+                return False
+            held.ended = True
+            self._move(held, status, reason, None, changes)
+            attempt = held.snapshot.attempt
+            if retry_after is not None and self.retry.allows(attempt):
+                delay, why = self._next_attempt(attempt, retry_after)
+                self._move(held, TaskStatus.PENDING, why, delay,
+                           {"attempt": attempt + 1, "progress": None})  # fmt: skip
+            return True
+
+    def _move(
+        self, held: Held, status: TaskStatus, reason: str | None,
+        not_before_in: timedelta | None, changes: dict[str, Any],
+    ) -> None:  # fmt: skip
+        """One transition of ``held`` in memory (under its ``write_lock``)."""
+        old = held.snapshot
+        now = self.clock.now()
+        if not_before_in is not None:
+            changes["not_before"] = now + not_before_in
+        if "progress" not in changes and held.ctx.progress is not None:
+            changes["progress"] = held.ctx.progress  # not the stale one of the last save
+        new = advance(old, status, now, **changes)
+        held.snapshot = new
+        held.pending.append(
+            Transition(old.task_id, new.status_version, old.status, status, now, reason)
+        )
 
     def flush(self, held: Held) -> bool:
         """Write the latest snapshot (one save, whatever the number of buffered transitions:
@@ -154,20 +185,21 @@ class TaskWriter:
         """Give a task this process will not finish back: requeue it (a new attempt) or stop
         it. A paused task stays paused (a new attempt, not started) until someone resumes it.
         Its thread may still run; the version bump fences every write it tries. ``why`` ends
-        the history entry's reason. A task is handed back once: a second call (a second
-        signal racing the shutdown thread) does nothing."""
-        with self._hand_backs:
-            if held.handed_back:
+        the history entry's reason. It is the task's end here (``end``): a task that already
+        ended (its function returned first), or was handed back already (a second signal
+        racing the shutdown thread), is left as it is."""
+        with held.write_lock:
+            if held.ended:
                 return
-            held.handed_back = True
-        if policy == "stop":
-            self.transition(held, TaskStatus.STOPPED, f"stopped {why}")
-        elif held.snapshot.status is TaskStatus.PAUSED:
-            self.transition(held, TaskStatus.PAUSED, f"handed back paused {why}",
-                            attempt=held.snapshot.attempt + 1)  # fmt: skip
-        else:
-            self.transition(held, TaskStatus.PENDING, f"handed back {why}",
-                            attempt=held.snapshot.attempt + 1)  # fmt: skip
+            held.ended = True
+            if policy == "stop":
+                self._move(held, TaskStatus.STOPPED, f"stopped {why}", None, {})
+            elif held.snapshot.status is TaskStatus.PAUSED:
+                self._move(held, TaskStatus.PAUSED, f"handed back paused {why}", None,
+                           {"attempt": held.snapshot.attempt + 1})  # fmt: skip
+            else:
+                self._move(held, TaskStatus.PENDING, f"handed back {why}", None,
+                           {"attempt": held.snapshot.attempt + 1})  # fmt: skip
         held.done = True
         held.ctx.lose(f"handed back {why}")  # the task thread stops at its next checkpoint
         if self.flush(held) and held.snapshot.status is TaskStatus.PAUSED:
@@ -287,17 +319,6 @@ class TaskWriter:
         item = (final, snapshot.status_version, transitions)
         (conflict,) = self.adapter.commit([item], best_effort_history=True)
         return conflict is None, conflict is None and final is not ended
-
-    def retry_transition(self, held: Held, why: str) -> bool:
-        """After a held task's end (``FAILED``), its next attempt in the same write, if the
-        retry policy allows: ``PENDING`` after the backoff. Returns whether it was added."""
-        attempt = held.snapshot.attempt
-        if not self.retry.allows(attempt):
-            return False
-        delay, reason = self._next_attempt(attempt, why)
-        self.transition(held, TaskStatus.PENDING, reason, attempt=attempt + 1,
-                        not_before_in=delay, progress=None)  # fmt: skip
-        return True
 
     def _next_attempt(self, attempt: int, why: str) -> tuple[timedelta, str]:
         delay = self.retry.delay(attempt)

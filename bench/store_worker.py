@@ -32,7 +32,7 @@ from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.pool import BucketPool
-from chongming_redis.runtime.retry import RetryPolicy
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.testing.processes import Worker
 
 ROOT = Path(__file__).resolve().parents[1]

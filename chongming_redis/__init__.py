@@ -18,6 +18,7 @@ from chongming_redis.errors import (
     StoreError,
     StoreUnavailable,
     TaskAlreadyExists,
+    UniqueTaken,
 )
 from chongming_redis.model import (
     ChangePage,
@@ -34,6 +35,7 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
+from chongming_redis.policy import NonRetryable, RetryPolicy, TaskTimeout
 from chongming_redis.stores.memory import InMemoryTaskStore
 
 if TYPE_CHECKING:
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.context import TaskContext
     from chongming_redis.runtime.controller import Controller
-    from chongming_redis.runtime.retry import RetryPolicy
     from chongming_redis.stores.postgres import PostgresTaskStore
     from chongming_redis.stores.redis import RedisTaskStore
     from chongming_redis.stores.sqlite import SqliteTaskStore
@@ -69,6 +70,7 @@ __all__ = [
     "InMemoryTaskStore",
     "InvalidCursor",
     "InvalidParams",
+    "NonRetryable",
     "PostgresTaskStore",
     "Progress",
     "RedisTaskStore",
@@ -88,8 +90,10 @@ __all__ = [
     "TaskSnapshot",
     "TaskStatus",
     "TaskStopped",
+    "TaskTimeout",
     "Tombstone",
     "Transition",
+    "UniqueTaken",
     "UnknownTask",
 ]
 
@@ -108,7 +112,6 @@ _LAZY = {
     "SqliteTaskStore": "chongming_redis.stores.sqlite",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",
-    "RetryPolicy": "chongming_redis.runtime.retry",
 }
 
 

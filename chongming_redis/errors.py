@@ -41,6 +41,19 @@ class TaskAlreadyExists(StoreError):
         return (type(self), (self.task_id,))
 
 
+class UniqueTaken(StoreError):
+    """A task was to be created (or retried by hand) with a ``unique`` id that another
+    unfinished task holds; nothing was written. ``holder`` is that task's id."""
+
+    def __init__(self, unique: str, holder: str) -> None:
+        self.unique = unique
+        self.holder = holder
+        super().__init__(f"unique id {unique!r} is held by unfinished task {holder!r}")
+
+    def __reduce__(self) -> tuple[type[UniqueTaken], tuple[str, str]]:
+        return (type(self), (self.unique, self.holder))
+
+
 class CommandNotFound(StoreError):
     """``complete_command`` / ``release_command`` named a command that was never submitted."""
 

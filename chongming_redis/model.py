@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from chongming_redis.policy import MAX_RETENTION, MAX_TIMEOUT, RetryPolicy, check_duration
 from chongming_redis.validation import (
     check_bool,
     check_dt,
@@ -147,6 +148,15 @@ class TaskSnapshot:
     attempt: int = 1
     not_before: datetime | None = None
     priority: int = 0
+    #: The task's frozen policies (``chongming_redis.policy``): its retry policy (``None``:
+    #: the worker's default), the seconds one attempt may run and a finished task is kept
+    #: (``None``: no limit), the deadline of the attempt running now (written by the start:
+    #: start time + ``timeout``) and the unique id it holds while unfinished.
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    deadline: datetime | None = None
+    retention: float | None = None
+    unique: str | None = None
 
     def __post_init__(self) -> None:
         for name, check in _SNAPSHOT_CHECKS.items():
@@ -199,6 +209,11 @@ _SNAPSHOT_CHECKS: dict[str, Callable[[Any], Any]] = {
     "attempt": lambda v: check_int(v, "attempt"),
     "not_before": lambda v: check_optional_dt(v, "not_before"),
     "priority": check_priority,
+    "retry": lambda v: _optional_instance(RetryPolicy, "retry")(v),
+    "timeout": lambda v: check_duration(v, "timeout", maximum=MAX_TIMEOUT),
+    "deadline": lambda v: check_optional_dt(v, "deadline"),
+    "retention": lambda v: check_duration(v, "retention", maximum=MAX_RETENTION),
+    "unique": lambda v: check_optional_identifier(v, "unique"),
 }
 
 

@@ -484,7 +484,7 @@ def test_wait_sees_through_a_retried_failure_to_the_next_attempts_result(
     redis_proc: RedisProc, namespace: str, client: Client
 ) -> None:
     """The failure and the retry are one write: a waiter never reads FAILED in between."""
-    from chongming_redis.runtime.retry import RetryPolicy
+    from chongming_redis.policy import RetryPolicy
 
     store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     written: list[TaskStatus] = []  # the state every commit of the worker leaves a task in
@@ -497,7 +497,7 @@ def test_wait_sees_through_a_retried_failure_to_the_next_attempts_result(
     store.commit_tasks = recording  # type: ignore[method-assign]
     retrying = Controller(store, app=app, start_poll_interval=0.05,
                           retry=RetryPolicy(max_attempts=2, base_delay=0.2, jitter=0.0,
-                                            retry_failures=True))  # fmt: skip
+                                            retry_on=(Exception,)))  # fmt: skip
     retrying.start()
     try:
         handles = [client.submit("flaky") for _ in range(5)]

@@ -26,7 +26,7 @@ from chongming_redis.model import Command, CommandKind, TaskQuery
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext, TaskLost
 from chongming_redis.runtime.controller import Controller, InvalidParams, UnknownTask
-from chongming_redis.runtime.retry import RetryPolicy
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, row_to_command
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.flaky_store import ALL, ProtocolOnlyStore, RecordingStore
@@ -771,7 +771,7 @@ def test_a_lost_task_is_retried_after_a_backoff_and_run_to_success(store: Any, m
     queued = store.get("lost-once")
     assert (queued.status, queued.attempt, queued.status_version) == (P, 2, 4)
     backoff = (queued.not_before - queued.updated_at).total_seconds()
-    assert 0.05 - 1e-3 <= backoff <= 0.1 + 1e-3  # base_delay with jitter in [0.5, 1]
+    assert 0.05 - 1e-3 <= backoff <= 0.15 + 1e-3  # base_delay ± 50 % jitter
     assert store.get("out-of-attempts").status is LOST
 
     worker = make(retry=retry)
@@ -829,7 +829,7 @@ def test_a_holder_cut_off_past_its_lease_is_taken_over_and_lands_no_write(
 
 
 def test_failures_are_retried_when_the_policy_says_so(store: Any, make: Any) -> None:
-    worker = make(retry=RetryPolicy(max_attempts=2, base_delay=0.05, retry_failures=True))
+    worker = make(retry=RetryPolicy(max_attempts=2, base_delay=0.05, retry_on=(Exception,)))
 
     @worker.task()
     def flaky(ctx: TaskContext, params: Any) -> str:
@@ -848,10 +848,13 @@ def test_retry_backoff_is_exponential_capped_and_jittered() -> None:
     policy = RetryPolicy(max_attempts=4, base_delay=1.0, max_delay=5.0, jitter=0.0)
     assert [policy.delay(n).total_seconds() for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 5, 5]
     assert [policy.allows(n) for n in (1, 3, 4)] == [True, True, False]
-    jittered = RetryPolicy(base_delay=2.0, jitter=0.5)
+    jittered = RetryPolicy(base_delay=2.0, jitter=0.5)  # ± 50 % of 4 s
     rng = random.Random(7)
-    delays = [jittered.delay(2, rng).total_seconds() for _ in range(200)]
-    assert all(2.0 <= d <= 4.0 for d in delays) and len(set(delays)) > 100
+    delays = [jittered.delay(2, rng).total_seconds() for _ in range(400)]
+    assert all(2.0 <= d <= 6.0 for d in delays) and len(set(delays)) > 100
+    assert min(delays) < 3.0 and max(delays) > 5.0  # spread both ways
+    capped = RetryPolicy(base_delay=10.0, max_delay=12.0, jitter=0.5)
+    assert max(capped.delay(1, rng).total_seconds() for _ in range(200)) == 12.0
 
 
 # -- graceful shutdown ------------------------------------------------------------------------

@@ -81,3 +81,16 @@ def test_a_failure_in_the_child_is_recorded_with_its_type_and_traceback(
 def test_isolation_must_be_thread_or_process() -> None:
     with pytest.raises(ValueError, match="isolation"):
         app.task(isolation="fiber")
+
+
+def test_a_process_task_past_its_timeout_is_terminated_and_failed_as_a_timeout(
+    controller: Controller,
+) -> None:
+    task_id = controller.submit("spin_with_timeout")
+    wait_until(lambda: status(controller, task_id) is TaskStatus.FAILED)
+    snapshot = controller.get(task_id)
+    assert snapshot is not None and snapshot.failure is not None
+    assert snapshot.failure.error_type == "TaskTimeout" and snapshot.attempt == 1
+    assert snapshot.timeout == 0.5 and snapshot.deadline is not None
+    after = controller.submit("count", {"n": 3})  # the worker goes on
+    wait_until(lambda: status(controller, after) is TaskStatus.SUCCEEDED)

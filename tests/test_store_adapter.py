@@ -18,7 +18,7 @@ from chongming_redis.errors import ConcurrencyConflict, TaskAlreadyExists
 from chongming_redis.runtime.app import App, UnknownTask
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.runtime.retry import RetryPolicy
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.stores.extensions import EXTENSIONS
 from chongming_redis.stores.protocol import PROTOCOL_METHODS, TaskStore
@@ -47,6 +47,7 @@ BUILT_IN = {
     "TaskTypesStore",
     "PagedQueryStore",
     "CommandInspectingStore",
+    "TaskPoliciesStore",
 }
 REDIS_ONLY = {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore", "WorkerBeatsStore"}
 
@@ -242,7 +243,7 @@ def gapless(store: Any, task_id: str) -> list[tuple[int, TaskStatus | None, Task
 
 def test_a_store_without_extensions_runs_submits_and_finishes_tasks(minimal: Any) -> None:
     store, make = minimal
-    worker = make(retry=RetryPolicy(max_attempts=2, base_delay=0.05, retry_failures=True))
+    worker = make(retry=RetryPolicy(max_attempts=2, base_delay=0.05, retry_on=(Exception,)))
     assert not worker.adapter.batching and worker.adapter.extensions == frozenset()
 
     @worker.task()

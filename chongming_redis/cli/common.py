@@ -25,7 +25,7 @@ from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.stores.urls import shown_url
 
 if TYPE_CHECKING:
-    from chongming_redis.runtime.retry import RetryPolicy
+    from chongming_redis.policy import RetryPolicy
 
 console = Console()
 err = Console(stderr=True)
@@ -318,7 +318,12 @@ def load_app(spec: str) -> App:
 
 
 MaxAttemptsOpt = Annotated[
-    int, typer.Option(help="runs of a lost task in all, the first one included")
+    int,
+    typer.Option(
+        help="runs of a task in all, the first one included, for task types "
+        "without a retry policy of their own (their lost attempts are retried; "
+        "their failures are final)"
+    ),
 ]
 RetryBackoffOpt = Annotated[
     float,
@@ -328,15 +333,16 @@ RetryBackoffOpt = Annotated[
 
 
 def retry_policy(max_attempts: int, backoff: float) -> RetryPolicy:
-    """The policy of ``--max-attempts`` / ``--retry-backoff``; a bad value is a ``UserError``.
-    The delay doubles per retry up to ``max(60 s, backoff)``, so a long backoff is kept."""
-    from chongming_redis.runtime.retry import RetryPolicy
+    """The worker's default policy (``policy.worker_default``) from ``--max-attempts`` /
+    ``--retry-backoff``; a bad value is a ``UserError``. The delay doubles per retry up to
+    ``max(60 s, backoff)``, so a long backoff is kept."""
+    from chongming_redis.policy import worker_default
 
     if max_attempts < 1:
         raise UserError(f"--max-attempts must be at least 1, not {max_attempts}")
     if not (math.isfinite(backoff) and 0 <= backoff <= 86400):
         raise UserError(f"--retry-backoff must be a number of seconds from 0 to 86400, "
                         f"not {backoff}")  # fmt: skip
-    default = RetryPolicy()
-    return RetryPolicy(max_attempts=max_attempts, base_delay=backoff,
-                       max_delay=max(default.max_delay, backoff))  # fmt: skip
+    if max_attempts > 1000:
+        raise UserError(f"--max-attempts must be at most 1000, not {max_attempts}")
+    return worker_default(max_attempts, backoff)

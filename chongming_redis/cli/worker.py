@@ -47,10 +47,10 @@ if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
 
     from prometheus_client import CollectorRegistry
 
+    from chongming_redis.policy import RetryPolicy
     from chongming_redis.runtime.app import App
     from chongming_redis.runtime.config import ControllerConfig
     from chongming_redis.runtime.events import WorkerEvents
-    from chongming_redis.runtime.retry import RetryPolicy
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: ``2026-03-01 13:00:05.123 INFO    reconnected to Redis after 12.0 s (40 failed call(s))``
@@ -129,9 +129,9 @@ def say_ctrl_c_once_handled(timeout: float = 60.0) -> None:
 def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     """One worker in this process: join the pool, run until SIGTERM/SIGINT. ``child``: under
     a ``--processes`` parent, which says how Ctrl-C stops them and serves their metrics."""
+    from chongming_redis.policy import worker_default
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.controller import Controller
-    from chongming_redis.runtime.retry import RetryPolicy
 
     app = load_app(options.app_spec)
     events = worker_metrics(options, app, serve=not child)  # the port first: fail fast
@@ -139,7 +139,7 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
                        create=True, durability_replicas=options.durability_replicas,
                        cluster=options.cluster)  # fmt: skip
     owner = f"{os.uname().nodename}-{os.getpid()}"
-    retry = options.retry or RetryPolicy()
+    retry = options.retry or worker_default()
     config = polling_for(store, options.config)
     controller = Controller(store, app=app, owner=owner, config=config, retry=retry,
                             buckets=BucketPolicy(options.num_buckets), events=events)  # fmt: skip

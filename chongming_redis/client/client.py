@@ -40,6 +40,7 @@ from chongming_redis.client.flows import (
     query_of,
 )
 from chongming_redis.model import CommandKind, TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.notify import WORK, LocalNotifier, RedisNotifier
@@ -55,9 +56,12 @@ T = TypeVar("T")
 class TaskHandle:
     """A submitted task: its id, and shortcuts to the client's calls about it."""
 
-    def __init__(self, client: Client, task_id: str) -> None:
+    def __init__(self, client: Client, task_id: str, *, created: bool = True) -> None:
         self.client = client
         self.task_id = task_id
+        #: False when a ``unique`` submit found this task already holding the unique id
+        #: (nothing was written).
+        self.created = created
 
     def wait(self, timeout: float | None = None) -> Any:
         return self.client.wait(self.task_id, timeout=timeout)
@@ -158,6 +162,10 @@ class Client(ClientFlows):
         delay: float | timedelta | None = None,
         not_before: datetime | None = None,
         priority: int | None = None,
+        unique: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
+        retention: float | timedelta | None = None,
     ) -> TaskHandle:
         """Create one ``PENDING`` task; validated (name, parameters, options) before anything
         is written. ``delay`` (seconds) or ``not_before``: no worker starts it earlier.
@@ -165,8 +173,10 @@ class Client(ClientFlows):
         due tasks."""
         flow = self._submit_flow(task, params, key=key, tags=tags, task_id=task_id,
                                  pipeline_run_id=pipeline_run_id, delay=delay,
-                                 not_before=not_before, priority=priority)  # fmt: skip
-        return TaskHandle(self, self._drive(flow))
+                                 not_before=not_before, priority=priority, unique=unique,
+                                 retry=retry, timeout=timeout, retention=retention)  # fmt: skip
+        new_id, created = self._drive(flow)
+        return TaskHandle(self, new_id, created=created)
 
     def submit_many(
         self,
@@ -178,12 +188,16 @@ class Client(ClientFlows):
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
         priority: int | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
+        retention: float | timedelta | None = None,
     ) -> builtins.list[TaskHandle]:
         """One task per parameter set (on Redis, 100 per round trip). Every set is validated
         before anything is written; an empty list writes nothing."""
         flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
                                       pipeline_run_id=pipeline_run_id, delay=delay,
-                                      priority=priority)  # fmt: skip
+                                      priority=priority, retry=retry, timeout=timeout,
+                                      retention=retention)  # fmt: skip
         return [TaskHandle(self, task_id) for task_id in self._drive(flow)]
 
     def handle(self, task_id: str) -> TaskHandle:

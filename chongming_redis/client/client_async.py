@@ -42,6 +42,7 @@ from chongming_redis.client.flows import (
     query_of,
 )
 from chongming_redis.model import CommandKind, TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.clock import AsyncServerClock
 from chongming_redis.runtime.notify import WORK
@@ -62,9 +63,12 @@ T = TypeVar("T")
 class AsyncTaskHandle:
     """A submitted task: its id, and shortcuts to the client's calls about it (awaitable)."""
 
-    def __init__(self, client: AsyncClient, task_id: str) -> None:
+    def __init__(self, client: AsyncClient, task_id: str, *, created: bool = True) -> None:
         self.client = client
         self.task_id = task_id
+        #: False when a ``unique`` submit found this task already holding the unique id
+        #: (nothing was written).
+        self.created = created
 
     async def wait(self, timeout: float | None = None) -> Any:
         return await self.client.wait(self.task_id, timeout=timeout)
@@ -149,12 +153,18 @@ class AsyncClient(ClientFlows):
         delay: float | timedelta | None = None,
         not_before: datetime | None = None,
         priority: int | None = None,
+        unique: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
+        retention: float | timedelta | None = None,
     ) -> AsyncTaskHandle:
         """``Client.submit``."""
         flow = self._submit_flow(task, params, key=key, tags=tags, task_id=task_id,
                                  pipeline_run_id=pipeline_run_id, delay=delay,
-                                 not_before=not_before, priority=priority)  # fmt: skip
-        return AsyncTaskHandle(self, await self._drive(flow))
+                                 not_before=not_before, priority=priority, unique=unique,
+                                 retry=retry, timeout=timeout, retention=retention)  # fmt: skip
+        new_id, created = await self._drive(flow)
+        return AsyncTaskHandle(self, new_id, created=created)
 
     async def submit_many(
         self,

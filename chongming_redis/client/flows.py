@@ -40,7 +40,7 @@ from chongming_redis.client.effects import (
     adrive,
     drive,
 )
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import StoreError, UniqueTaken
 from chongming_redis.model import (
     Command,
     CommandKind,
@@ -53,6 +53,7 @@ from chongming_redis.runtime.app import App, TaskType, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance
 from chongming_redis.runtime.notify import WORK
+from chongming_redis.stores.extensions import TaskPoliciesStore
 from chongming_redis.validation import check_identifier
 
 __all__ = [
@@ -122,6 +123,11 @@ class ClientFlows:
         self._known_types: frozenset[str] = frozenset()
 
     @property
+    def _keeps_unique(self) -> bool:
+        """Whether the store keeps unique ids (``TaskPoliciesStore``)."""
+        return isinstance(self.store, TaskPoliciesStore)
+
+    @property
     def _reads_commands(self) -> bool:
         """Whether the store reads a command back (else a control cannot wait for it)."""
         return True
@@ -153,21 +159,30 @@ class ClientFlows:
         delay: float | timedelta | None,
         not_before: datetime | None,
         priority: int | None = None,
-    ) -> Flow[str]:
-        """The new task's id."""
+        **policies: Any,
+    ) -> Flow[tuple[str, bool]]:
+        """``(the task's id, created)``: with ``unique`` held by an unfinished task, that
+        task's id and False (nothing written). ``policies``: ``NewTask``'s ``unique``,
+        ``retry``, ``timeout``, ``retention``."""
+        if policies.get("unique") is not None and not self._keeps_unique:
+            raise ValueError(f"{self.store!r} does not keep unique ids (it is no "
+                             "TaskPoliciesStore): submit without unique=")  # fmt: skip
         name, task_type = yield from self._resolve_flow(task)
         now: datetime = yield Now()
         spec = submission.NewTask(name, params, key=key, tags=tags, task_id=task_id,
                                   pipeline_run_id=pipeline_run_id, priority=priority,
-                                  not_before=not_before_of(now, delay, not_before))  # fmt: skip
+                                  not_before=not_before_of(now, delay, not_before),
+                                  **policies)  # fmt: skip
         buckets = yield from self._bucket_policy_flow()
         snapshot, transition = submission.new_task(spec, task_type, now=now, buckets=buckets,
                                                    submitted_by=self.name)  # fmt: skip
         (error,) = yield Commit([(snapshot, None, [transition])])
+        if isinstance(error, UniqueTaken):
+            return error.holder, False
         if error is not None:
             raise error
         yield Nudge(WORK)
-        return snapshot.task_id
+        return snapshot.task_id, True
 
     def _submit_many_flow(
         self,
@@ -179,6 +194,7 @@ class ClientFlows:
         pipeline_run_id: str | None,
         delay: float | timedelta | None,
         priority: int | None = None,
+        **policies: Any,
     ) -> Flow[list[str]]:
         """The new tasks' ids; every parameter set is validated before anything is written.
         ``key``: every task's bucket key (one bucket for all; default: each task's id)."""
@@ -189,7 +205,8 @@ class ClientFlows:
         prepared = []
         for params in params_list:
             spec = submission.NewTask(name, params, key=key, tags=tag_set, priority=priority,
-                                      pipeline_run_id=pipeline_run_id, not_before=when)  # fmt: skip
+                                      pipeline_run_id=pipeline_run_id, not_before=when,
+                                      **policies)  # fmt: skip
             prepared.append(submission.new_task(spec, task_type, now=now, buckets=buckets,
                                                 submitted_by=self.name))  # fmt: skip
             # Each task its own instant, in submission order: listings (ordered by created_at)

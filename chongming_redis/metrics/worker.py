@@ -24,7 +24,13 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-from chongming_redis.runtime.events import ENDINGS, OPERATIONS, Ending, WorkerEvents
+from chongming_redis.runtime.events import (
+    ENDINGS,
+    OPERATIONS,
+    Ending,
+    RetryCause,
+    WorkerEvents,
+)
 
 __all__ = ["DURATION_BUCKETS", "WorkerMetrics", "child_exited", "serve", "shared_registry",
            "worker_registry"]  # fmt: skip
@@ -64,6 +70,12 @@ class WorkerMetrics(WorkerEvents):
         self.reconnects = Counter("chongming_worker_reconnects", "Store outages that ended: "
                                   "the store answered again after failing.",
                                   registry=r)  # fmt: skip
+        self.retries = Counter("chongming_worker_task_retries", "New attempts this worker "
+                               "wrote, by task type and cause (failed, lost, timeout).",
+                               ["task", "cause"], registry=r)  # fmt: skip
+        self.timeouts = Counter("chongming_worker_task_timeouts", "Attempts ended for running "
+                                "past their timeout, by task type.", ["task"],
+                                registry=r)  # fmt: skip
         # The labelled children, looked up once per label set: labels() takes a lock and
         # checks its arguments on every call, and these are on every task's path.
         self._started: dict[str, Counter] = {}
@@ -113,6 +125,12 @@ class WorkerMetrics(WorkerEvents):
 
     def buckets_owned(self, count: int) -> None:
         self.buckets.set(count)
+
+    def task_retried(self, name: str, cause: RetryCause) -> None:
+        self.retries.labels(name, cause).inc()
+
+    def task_timed_out(self, name: str) -> None:
+        self.timeouts.labels(name).inc()
 
 
 def worker_registry() -> CollectorRegistry:

@@ -20,10 +20,12 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from chongming_redis.policy import MAX_RETENTION, MAX_TIMEOUT, RetryPolicy, check_duration
 from chongming_redis.validation import check_identifier, check_priority
 
 R = TypeVar("R")
@@ -69,6 +71,12 @@ class TaskType:
     isolation: str = "thread"
     #: The priority its tasks get unless a submit names one (``TaskSnapshot.priority``).
     priority: int = 0
+    #: Its policies, frozen into each task at submit (``chongming_redis.policy``): the retry
+    #: policy (``None``: the worker's default), the seconds an attempt may run and a finished
+    #: task is kept (``None``: the app's retention, else ``DEFAULT_RETENTION``).
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    retention: float | None = None
 
     def validate(self, params: Any) -> Any:
         """The parameters as they are stored (JSON types), or ``InvalidParams``."""
@@ -97,9 +105,14 @@ class TaskType:
 
 
 class App:
-    def __init__(self, name: str = "app") -> None:
+    """The task types a worker runs. ``retention`` (seconds or a timedelta): how long a
+    finished task of its types is kept when the type says nothing (default
+    ``policy.DEFAULT_RETENTION``, 7 days)."""
+
+    def __init__(self, name: str = "app", *, retention: float | timedelta | None = None) -> None:
         self.name = check_identifier(name, "app name")
         self.types: dict[str, TaskType] = {}
+        self.retention = check_duration(retention, "retention", maximum=MAX_RETENTION)
 
     @overload
     def task(self, name: Callable[..., R], /) -> TaskFunction[R]: ...
@@ -112,6 +125,9 @@ class App:
         params: type[BaseModel] | None = None,
         isolation: str = "thread",
         priority: int = 0,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
+        retention: float | timedelta | None = None,
     ) -> Callable[[Callable[..., R]], TaskFunction[R]]: ...
 
     def task(
@@ -121,6 +137,9 @@ class App:
         params: type[BaseModel] | None = None,
         isolation: str = "thread",
         priority: int = 0,
+        retry: RetryPolicy | None = None,
+        timeout: float | timedelta | None = None,
+        retention: float | timedelta | None = None,
     ) -> TaskFunction[R] | Callable[[Callable[..., R]], TaskFunction[R]]:
         """Register ``fn(ctx, params)`` under ``name`` (default: the function's name). With a
         pydantic model (``params=`` or the annotation of the second argument), submitted
@@ -130,6 +149,10 @@ class App:
         and pause then work without the task's cooperation: see ``runtime/isolation.py``).
         ``priority`` (-100..100, higher starts first among due tasks) is what its tasks get
         when a submit names none; a retry keeps its task's priority.
+        ``retry`` (a ``RetryPolicy``): how its failures and lost attempts are retried (default:
+        the worker's ``--max-attempts``/``--retry-backoff``, failures final); ``timeout``
+        (seconds or a timedelta): how long one attempt may run; ``retention``: how long a
+        finished task is kept. All three are frozen into each task when it is submitted.
         ``fn`` may be ``async def`` (it runs on the worker's event loop). Its signature is
         checked now: it must accept ``(ctx, params)`` (``TypeError`` otherwise). ``@app.task``
         without parentheses registers the function under its own name. A name registered twice
@@ -139,6 +162,10 @@ class App:
         if isolation not in ("thread", "process"):
             raise ValueError(f"isolation must be 'thread' or 'process', not {isolation!r}")
         check_priority(priority)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
+        timeout_s = check_duration(timeout, "timeout", maximum=MAX_TIMEOUT)
+        retention_s = check_duration(retention, "retention", maximum=MAX_RETENTION)
 
         def register(fn: Callable[..., R]) -> TaskFunction[R]:
             if isinstance(fn, TaskFunction):
@@ -152,7 +179,16 @@ class App:
                 raise ValueError(f"task {task_name!r} is already registered on app "
                                  f"{self.name!r} (by {_where(existing.fn)})")  # fmt: skip
             model = params or _annotated_model(fn, task_name)
-            task_type = TaskType(task_name, fn, model, isolation, priority)
+            task_type = TaskType(
+                task_name,
+                fn,
+                model,
+                isolation,
+                priority,
+                retry,
+                timeout_s,
+                retention_s if retention_s is not None else self.retention,
+            )
             self.types[task_name] = task_type
             return TaskFunction(task_type)
 

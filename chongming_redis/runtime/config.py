@@ -25,6 +25,10 @@ class ControllerConfig:
     ``progress_interval``: the supervisor's tick (progress and heartbeats are coalesced to it).
     ``stall_after``: a heartbeat older than this is reported as stalled (never made LOST).
     ``max_result_bytes``: the largest encoded result stored; a larger one fails the task.
+    ``timeout_grace``: how long past its ``timeout`` an attempt that does not checkpoint may
+    run before its worker ends it ``FAILED``/``TaskTimeout`` anyway (its thread's late result
+    is discarded); a reconcile ends one still ``RUNNING`` past ``deadline + timeout_grace``
+    whoever holds it.
     """
 
     command_poll_interval: float = 0.5
@@ -37,6 +41,7 @@ class ControllerConfig:
     progress_interval: float = 0.5
     stall_after: float = 300.0
     max_result_bytes: int = 1024 * 1024
+    timeout_grace: float = 2.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

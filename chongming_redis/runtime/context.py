@@ -12,6 +12,7 @@ from typing import Any
 
 from chongming_redis.model import Progress
 from chongming_redis.outcomes import TaskInterrupted, TaskLost, TaskStopped
+from chongming_redis.policy import TaskTimeout
 
 __all__ = ["TaskContext", "TaskInterrupted", "TaskLost", "TaskStopped"]
 
@@ -36,6 +37,8 @@ class TaskContext:
         self._paused = False
         self._lost_reason: str | None = None
         self._lease_deadline = float("inf")  # monotonic: our lease is known valid until then
+        self._timeout_at = float("inf")  # monotonic: when this attempt's timeout passes
+        self._timeout = 0.0
         self.progress: Progress | None = None
         self.progress_dirty = False
         self.beats = 0
@@ -121,8 +124,17 @@ class TaskContext:
 
     @property
     def interrupted(self) -> bool:
-        """A stop was requested or the task was lost: it must end."""
-        return self._stop or self.lost_reason is not None
+        """A stop was requested, the task was lost or its timeout passed: it must end."""
+        return self._stop or self.lost_reason is not None or self.timed_out
+
+    @property
+    def timed_out(self) -> bool:
+        """This attempt has run past its task type's ``timeout``."""
+        return time.monotonic() >= self._timeout_at
+
+    def overdue(self, grace: float) -> bool:
+        """Past its timeout by more than ``grace`` seconds: it did not end at a checkpoint."""
+        return time.monotonic() >= self._timeout_at + grace
 
     def raise_if_interrupted(self) -> None:
         """Raise ``TaskLost`` or ``TaskStopped`` if either applies (no heartbeat, no wait)."""
@@ -188,6 +200,11 @@ class TaskContext:
     def extend_lease(self, deadline: float) -> None:
         self._lease_deadline = deadline
 
+    def set_timeout(self, seconds: float, started: float) -> None:
+        """This attempt may run ``seconds`` from ``started`` (monotonic): ``checkpoint()``
+        raises ``TaskTimeout`` after that."""
+        self._timeout, self._timeout_at = seconds, started + seconds
+
     @property
     def lost_reason(self) -> str | None:
         if self._lost_reason is None and time.monotonic() > self._lease_deadline:
@@ -204,6 +221,12 @@ class TaskContext:
             raise TaskLost(self.task_id, f"task {self.task_id!r}: {reason}")
         if self._stop:
             raise TaskStopped(self.task_id, f"task {self.task_id!r}: stop requested")
+        if self.timed_out:
+            raise self.timeout_error()
+
+    def timeout_error(self) -> TaskTimeout:
+        return TaskTimeout(f"task {self.task_id!r}: attempt {self.attempt} ran past its "
+                           f"timeout of {self._timeout:g}s")  # fmt: skip
 
     def __repr__(self) -> str:
         state: dict[str, Any] = {"stop": self._stop, "paused": self._paused}

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from chongming_redis.errors import UniqueTaken
 from chongming_redis.model import (
     Command,
     CommandKind,
@@ -41,6 +42,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.policy import RetryPolicy, worker_default
 from chongming_redis.runtime.app import App, InvalidParams, TaskFunction, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.clock import ServerClock
@@ -52,12 +54,13 @@ from chongming_redis.runtime.held import HeldTasks, holder
 from chongming_redis.runtime.loops import OUTAGE, every, store_name
 from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
-from chongming_redis.runtime.retry import RetryPolicy
+from chongming_redis.runtime.retention import expire_finished
 from chongming_redis.runtime.runner import Runner
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.runtime.stranded import STRANDED_AFTER, describe, stranded_types
 from chongming_redis.runtime.submission import NewTask, new_task
 from chongming_redis.runtime.supervisor import supervise
+from chongming_redis.runtime.timeouts import end_overdue
 from chongming_redis.runtime.writer import TaskWriter
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.validation import check_identifier
@@ -102,7 +105,7 @@ class Controller:
         self.held = HeldTasks()
         self.events = events or NO_EVENTS
         self.writer = TaskWriter(self.adapter, owner=self.owner, clock=self.clock, held=self.held,
-                                 config=self.config, retry=retry or RetryPolicy(),
+                                 config=self.config, retry=retry or worker_default(),
                                  events=self.events)  # fmt: skip
         self._running = threading.Event()
         self._accepting = threading.Event()
@@ -127,10 +130,11 @@ class Controller:
     # -- registration and submission -------------------------------------------------------
 
     def task(
-        self, name: str | None = None, *, params: type[BaseModel] | None = None
+        self, name: str | None = None, *, params: type[BaseModel] | None = None, **options: Any
     ) -> Callable[[Callable[..., Any]], TaskFunction[Any]]:
-        """Register ``fn(ctx, params)`` on this controller's ``App`` (see ``App.task``)."""
-        return self.app.task(name, params=params)
+        """Register ``fn(ctx, params)`` on this controller's ``App`` (``options``: those of
+        ``App.task``)."""
+        return self.app.task(name, params=params, **options)
 
     def submit(
         self,
@@ -143,14 +147,20 @@ class Controller:
         pipeline_run_id: str | None = None,
         not_before: datetime | None = None,
         priority: int | None = None,
+        **policies: Any,
     ) -> str:
-        """Validate and create a ``PENDING`` task; returns its id. A bad submit creates
-        nothing: ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
+        """Validate and create a ``PENDING`` task; returns its id (with ``unique`` held by an
+        unfinished task: that task's id, nothing written). ``policies``: ``unique``, ``retry``,
+        ``timeout``, ``retention`` as ``Client.submit``. A bad submit creates nothing:
+        ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
         snapshot, transition = self._new_task(name, params, key=key, tags=tags,
                                               task_id=task_id, pipeline_run_id=pipeline_run_id,
-                                              not_before=not_before, priority=priority)  # fmt: skip
+                                              not_before=not_before, priority=priority,
+                                              **policies)  # fmt: skip
         # The task and its first history entry: in one step where the store batches.
         (error,) = self.adapter.commit([(snapshot, None, [transition])], best_effort_history=True)
+        if isinstance(error, UniqueTaken):
+            return error.holder
         if error is not None:
             raise error
         self._nudge_work()
@@ -186,9 +196,11 @@ class Controller:
         pipeline_run_id: str | None = None,
         not_before: datetime | None = None,
         priority: int | None = None,
+        **policies: Any,
     ) -> tuple[TaskSnapshot, Transition]:
         spec = NewTask(name, params, key=key, tags=tags, task_id=task_id, priority=priority,
-                       pipeline_run_id=pipeline_run_id, not_before=not_before)  # fmt: skip
+                       pipeline_run_id=pipeline_run_id, not_before=not_before,
+                       **policies)  # fmt: skip
         return new_task(spec, self.app.get(name), now=self.clock.now(), buckets=self.buckets,
                         submitted_by=self.owner)  # fmt: skip
 
@@ -296,7 +308,8 @@ class Controller:
         self.runner.open(self.owner)
         c, running, events = self.config, self._running, self.events
         loops: list[tuple[str, Callable[[], None]]] = [
-            ("supervisor", lambda: supervise(self.writer, running)),
+            ("supervisor", lambda: supervise(self.writer, running,
+                                              lambda held: end_overdue(self.runner, held))),
             ("commands", lambda: every(c.command_poll_interval, self.handle_commands,
                                        running=running, wake=self._wake_commands,
                                        what="claim commands", events=events,
@@ -322,6 +335,7 @@ class Controller:
 
     def _reconcile_once(self) -> None:
         self._report_stranded()
+        expire_finished(self.adapter, self.clock.now())
         report = self.reconcile()
         if report.lost:
             log.warning("%s: marked LOST: %s (retried: %s)", self.owner, report.lost,

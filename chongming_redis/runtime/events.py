@@ -16,6 +16,10 @@ from typing import Final, Literal
 Ending = Literal["succeeded", "failed", "stopped", "lost"]
 ENDINGS: Final[tuple[Ending, ...]] = ("succeeded", "failed", "stopped", "lost")
 
+#: Why a task got a new attempt, as ``task_retried`` reports it.
+RetryCause = Literal["failed", "lost", "timeout"]
+RETRY_CAUSES: Final[tuple[RetryCause, ...]] = ("failed", "lost", "timeout")
+
 #: The ``operation`` of ``store_error``: which part of the worker could not reach the store.
 #: A fixed set, so that a metric labelled by it stays small.
 OPERATIONS: Final[tuple[str, ...]] = (
@@ -55,6 +59,14 @@ class WorkerEvents:
 
     def buckets_owned(self, count: int) -> None:
         """The bucket pool now gives this worker ``count`` buckets."""
+
+    def task_retried(self, name: str, cause: RetryCause) -> None:
+        """This worker wrote a task's next attempt after it ``failed``, was found ``lost`` or
+        ran past its timeout (``timeout``: ended by the supervisor or a reconcile)."""
+
+    def task_timed_out(self, name: str) -> None:
+        """An attempt of a task of type ``name`` was ended for running past its timeout (by
+        its holder, here, or by this worker's reconcile for a holder that did not)."""
 
 
 #: The default observer of a ``Controller``.

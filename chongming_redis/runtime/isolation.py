@@ -12,6 +12,7 @@ started with ``spawn`` (a clean interpreter, safe with the parent's threads).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
@@ -98,6 +99,9 @@ def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -
     stopped_by_us = False
     try:
         while True:
+            if ctx.timed_out and ctx.lost_reason is None and not ctx.stop_requested:
+                _terminate(child, grace=TIMEOUT_GRACE)
+                raise ctx.timeout_error()
             if ctx.lost_reason is not None or ctx.stop_requested:
                 child.kill()
                 child.join()
@@ -126,3 +130,19 @@ def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -
             child.kill()
             child.join()
         parent_end.close()
+
+
+#: How long a child past its timeout has to exit after SIGTERM before it is killed.
+TIMEOUT_GRACE = 2.0
+
+
+def _terminate(child: Any, *, grace: float) -> None:
+    """SIGTERM (and SIGCONT, in case a pause froze it), then SIGKILL after ``grace`` s."""
+    child.terminate()
+    if child.pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGCONT)
+    child.join(grace)
+    if child.is_alive():
+        child.kill()
+        child.join()

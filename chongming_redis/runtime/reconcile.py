@@ -6,8 +6,11 @@ survives its holder: it waits for a resume). A stalled heartbeat alone is only r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from chongming_redis.model import TaskQuery, TaskStatus
+from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus
+from chongming_redis.policy import TaskTimeout
+from chongming_redis.runtime.endings import overdue_in_store, timed_out_failure
 from chongming_redis.runtime.held import (
     HELD_STATUSES,
     advance,
@@ -23,6 +26,7 @@ class ReconcileReport:
     lost: list[str] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
 
 
 class Reconciler:
@@ -35,6 +39,9 @@ class Reconciler:
         now = writer.clock.now()
         for snapshot in writer.store.query(TaskQuery(statuses=frozenset(HELD_STATUSES))):
             ours = snapshot.task_id in writer.held  # we renew its lease
+            overdue = not ours and overdue_in_store(snapshot, now, config.timeout_grace)
+            if overdue and self._end_timed_out(snapshot, now, report):
+                continue
             if snapshot.status is TaskStatus.PAUSED and holder(snapshot) is None:
                 continue  # paused while nobody ran it: no lease can expire
             if ours or not lease_expired(snapshot, now, config.task_lease):
@@ -57,3 +64,23 @@ class Reconciler:
             if retried:
                 report.retried.append(snapshot.task_id)
         return report
+
+    def _end_timed_out(
+        self, snapshot: TaskSnapshot, now: datetime, report: ReconcileReport
+    ) -> bool:
+        """End a task still ``RUNNING`` past its deadline + grace that nobody here holds:
+        ``FAILED``/``TaskTimeout`` by compare-and-set (its holder's next write is refused),
+        then its next attempt if its policy retries timeouts. False on conflict."""
+        writer = self.writer
+        failure = timed_out_failure(snapshot, writer.owner)
+        ended = advance(snapshot, TaskStatus.FAILED, now, failure=failure)
+        grace = writer.config.timeout_grace
+        reason = f"timed out: RUNNING past its deadline + {grace:g}s grace, ended by {writer.owner}"
+        retry = writer.policy_of(snapshot).retries_type(TaskTimeout)
+        moved, retried = writer.end_and_retry(snapshot, ended, reason, "timed out", retry=retry)
+        if moved:
+            writer.events.task_timed_out(snapshot.name)
+            report.timed_out.append(snapshot.task_id)
+            if retried:
+                report.retried.append(snapshot.task_id)
+        return moved

@@ -149,6 +149,8 @@ class Runner:
         """Hold a task that was just stored ``RUNNING`` and hand it to the executor.
         ``renewed_at``: when its lease was written, if the start wrote it."""
         ctx = TaskContext(running.task_id, running.attempt, self.writer.owner)
+        if running.timeout is not None:  # from the start call: at or after the store's start
+            ctx.set_timeout(running.timeout, renewed_at or time.monotonic())
         held = Held(running, running.status_version, ctx, pending=list(pending))
         if renewed_at is not None:
             held.lease_renewed_at = renewed_at
@@ -320,9 +322,11 @@ class Runner:
             self.finish(held, TaskStatus.STOPPED, reason="stop requested")
         elif isinstance(exc, ChildFailed):
             failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
-            self._fail(held, failure, started)
+            policy = self.writer.policy_of(held.snapshot)
+            self._fail(held, failure, started, policy.retries_error_type(exc.error_type))
         else:
-            self._fail(held, failure_of(exc), started)
+            retried = self.writer.policy_of(held.snapshot).retries(exc)
+            self._fail(held, failure_of(exc), started, retried)
 
     def _returned(self, held: Held, result: Any, started: float) -> None:
         """Record a task whose function returned ``result`` (discarded if the task was lost)."""
@@ -351,10 +355,13 @@ class Runner:
         self.log.ended(held, "lost", started, f"{why}; its result is discarded")
         self.held.forget(held)
 
-    def _fail(self, held: Held, failure: Failure, started: float) -> None:
+    def _fail(self, held: Held, failure: Failure, started: float, retried: bool = False) -> None:
+        """``retried``: the task's policy retries this failure (attempts aside); its next
+        attempt is then written with the failure, in one write."""
         self.log.ended(held, "failed", started, f"{failure.error_type}: {failure.message}")
-        # With retry_failures, the next attempt is written with the failure, in one write.
-        retry = "failed" if self.writer.retry.retry_failures else None
+        if failure.error_type == "TaskTimeout":
+            self.writer.events.task_timed_out(held.snapshot.name)
+        retry = f"failed ({failure.error_type})" if retried else None
         self.finish(held, TaskStatus.FAILED, failure=failure, retry_after=retry)
 
     def finish(self, held: Held, status: TaskStatus, *, reason: str | None = None,

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
@@ -38,6 +38,7 @@ from chongming_redis.stores.extensions import (
     NudgeStore,
     RecordedBucketsStore,
     ServerClockStore,
+    TaskPoliciesStore,
     TaskTypesStore,
     extensions_of,
 )
@@ -69,6 +70,10 @@ class StoreAdapter:
         self._commands = store if isinstance(store, CommandReadingStore) else None
         self._buckets = store if isinstance(store, RecordedBucketsStore) else None
         self._types = store if isinstance(store, TaskTypesStore) else None
+        #: The store as a ``TaskPoliciesStore`` (unique ids, retention), or ``None``.
+        self.policies: TaskPoliciesStore | None = (
+            store if isinstance(store, TaskPoliciesStore) else None
+        )
         #: The store as a ``BucketPoolStore``, or ``None``: ``join_pool`` needs one.
         self.pool: BucketPoolStore | None = store if isinstance(store, BucketPoolStore) else None
         #: The store as a ``NudgeStore`` (Redis pub/sub nudges), or ``None``: nudges stay local.
@@ -181,9 +186,14 @@ class StoreAdapter:
     def _start_one(
         self, snapshot: TaskSnapshot, now: datetime, lease_until: datetime
     ) -> Started | None:
+        deadline = (
+            snapshot.deadline
+            if snapshot.timeout is None
+            else (now + timedelta(seconds=snapshot.timeout))
+        )  # the start records it, as start_tasks
         running = dataclasses.replace(snapshot, status=TaskStatus.RUNNING, updated_at=now,
                                       status_version=snapshot.status_version + 1,
-                                      heartbeat_at=now)  # fmt: skip
+                                      heartbeat_at=now, deadline=deadline)  # fmt: skip
         try:
             self.store.save(running, expect_version=snapshot.status_version)
         except ConcurrencyConflict:

@@ -8,16 +8,23 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from chongming_redis.model import CommandKind, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
+from chongming_redis.policy import (
+    DEFAULT_RETENTION,
+    MAX_RETENTION,
+    MAX_TIMEOUT,
+    RetryPolicy,
+    check_duration,
+)
 from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance, holder
 from chongming_redis.stores.codec import encode_payload
-from chongming_redis.validation import check_priority
+from chongming_redis.validation import check_optional_identifier, check_priority
 
 #: Statuses a task can be retried from by hand (``Client.retry``, ``chongming-redis retry``).
 RETRYABLE = frozenset({TaskStatus.FAILED, TaskStatus.STOPPED, TaskStatus.LOST})
@@ -36,6 +43,12 @@ class NewTask:
     not_before: datetime | None = None
     #: None: the task type's priority (0 when no app knows the type).
     priority: int | None = None
+    #: None: the task type's (``policy``); ``retention`` then the app's, else the default.
+    retry: RetryPolicy | None = None
+    timeout: float | timedelta | None = None
+    retention: float | timedelta | None = None
+    #: Created only while no unfinished task holds this id (``Client.submit(unique=...)``).
+    unique: str | None = None
 
 
 def resolve(app: App | None, task: str | TaskType) -> tuple[str, TaskType | None]:
@@ -65,18 +78,37 @@ def new_task(
     priority = spec.priority if spec.priority is not None else (
         0 if task_type is None else task_type.priority)  # fmt: skip
     task_id = spec.task_id or secrets.token_hex(10)
+    unique = check_optional_identifier(spec.unique, "unique")
     snapshot = TaskSnapshot(
         task_id=task_id, name=spec.name, status=TaskStatus.PENDING, status_version=1,
         created_at=now, updated_at=now, tags=frozenset(spec.tags),
-        bucket=buckets.bucket_for(spec.key or task_id), key=spec.key,
+        # A unique id routes like a key: its tasks share one bucket (and one owner).
+        bucket=buckets.bucket_for(spec.key or unique or task_id), key=spec.key,
         pipeline_run_id=spec.pipeline_run_id, params=stored, not_before=spec.not_before,
-        priority=check_priority(priority),
+        priority=check_priority(priority), unique=unique, **frozen_policies(spec, task_type),
     )  # fmt: skip
     encode_payload(stored, "params")  # refuse an oversized or unencodable payload now
     transition = Transition(
         task_id, 1, None, TaskStatus.PENDING, now, f"submitted by {submitted_by}"
     )
     return snapshot, transition
+
+
+def frozen_policies(spec: NewTask, task_type: TaskType | None) -> dict[str, Any]:
+    """The policies frozen into a new task: the submit's, else its type's; retention then
+    falls back to ``DEFAULT_RETENTION``. ``TypeError``/``ValueError`` for a bad one."""
+    if spec.retry is not None and not isinstance(spec.retry, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy, not {type(spec.retry).__name__}")
+    timeout = check_duration(spec.timeout, "timeout", maximum=MAX_TIMEOUT)
+    retention = check_duration(spec.retention, "retention", maximum=MAX_RETENTION)
+    if task_type is not None:
+        timeout = timeout if timeout is not None else task_type.timeout
+        retention = retention if retention is not None else task_type.retention
+    return {
+        "retry": spec.retry or (None if task_type is None else task_type.retry),
+        "timeout": timeout,
+        "retention": retention if retention is not None else DEFAULT_RETENTION,
+    }
 
 
 def retried(snapshot: TaskSnapshot, now: datetime, by: str) -> tuple[TaskSnapshot, Transition]:

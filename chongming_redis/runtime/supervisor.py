@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.runtime.held import Held
@@ -16,7 +17,11 @@ from chongming_redis.runtime.writer import TaskWriter
 log = logging.getLogger("chongming_redis.runtime")
 
 
-def supervise(writer: TaskWriter, running: threading.Event) -> None:
+def supervise(
+    writer: TaskWriter, running: threading.Event, end_overdue: Callable[[Held], None]
+) -> None:
+    """``end_overdue``: ends a held task whose function runs past its timeout + grace
+    (``Runner.end_overdue``)."""
     config, events = writer.config, writer.events
     tick = min(config.progress_interval, config.task_lease / 4)
     while running.is_set():
@@ -24,6 +29,9 @@ def supervise(writer: TaskWriter, running: threading.Event) -> None:
         renewed = 0
         for held in writer.held.all():
             try:
+                if writer.overdue(held):
+                    end_overdue(held)
+                    continue
                 renewed += supervise_one(writer, held)
             except StoreUnavailable as exc:  # logged once per outage, then summarised
                 events.store_error("supervise")

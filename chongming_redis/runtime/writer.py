@@ -20,11 +20,11 @@ from typing import Any
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, StoreUnavailable
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import Held, HeldTasks, advance, without_lease
-from chongming_redis.runtime.retry import RetryPolicy
 from chongming_redis.runtime.store_adapter import StoreAdapter
 
 log = logging.getLogger("chongming_redis.runtime")
@@ -83,11 +83,15 @@ class TaskWriter:
                 return False
             held.ended = True
             self._move(held, status, reason, None, changes)
-            attempt = held.snapshot.attempt
-            if retry_after is not None and self.retry.allows(attempt):
-                delay, why = self._next_attempt(attempt, retry_after)
+            attempt, policy = held.snapshot.attempt, self.policy_of(held.snapshot)
+            if retry_after is not None and policy.allows(attempt):
+                delay, why = self._next_attempt(policy, attempt, retry_after)
                 self._move(held, TaskStatus.PENDING, why, delay,
                            {"attempt": attempt + 1, "progress": None})  # fmt: skip
+                timed_out = held.snapshot.failure is not None and (
+                    held.snapshot.failure.error_type == "TaskTimeout")  # fmt: skip
+                self.events.task_retried(held.snapshot.name,
+                                         "timeout" if timed_out else "failed")  # fmt: skip
             return True
 
     def _move(
@@ -300,30 +304,46 @@ class TaskWriter:
 
     def end_and_retry(
         self, snapshot: TaskSnapshot, ended: TaskSnapshot, reason: str, why: str,
-        again: TaskStatus = TaskStatus.PENDING,
+        again: TaskStatus = TaskStatus.PENDING, *, retry: bool = True,
     ) -> tuple[bool, bool]:  # fmt: skip
         """Move a task nobody here holds to ``ended`` (``LOST``) and, where the retry policy
         allows, on to its next attempt (``again``: ``PENDING``, or ``PAUSED`` for a task that
         was paused) — one compare-and-set with both history entries, so nobody ever reads the
         end without the retry that follows it (a waiting producer takes ``LOST`` as final).
-        Returns ``(moved, retried)``; ``(False, False)`` on conflict."""
+        ``retry=False``: no next attempt whatever the policy allows (a timeout its policy does
+        not retry). Returns ``(moved, retried)``; ``(False, False)`` on conflict."""
         transitions = [Transition(snapshot.task_id, ended.status_version, snapshot.status,
                                   ended.status, ended.updated_at, reason)]  # fmt: skip
-        final = ended
-        if self.retry.allows(ended.attempt):
-            delay, retry_reason = self._next_attempt(ended.attempt, why)
+        final, policy = ended, self.policy_of(snapshot)
+        if retry and policy.allows(ended.attempt):
+            delay, retry_reason = self._next_attempt(policy, ended.attempt, why)
             final = advance(ended, again, ended.updated_at, attempt=ended.attempt + 1,
                             not_before=ended.updated_at + delay, progress=None)  # fmt: skip
             transitions.append(Transition(snapshot.task_id, final.status_version, ended.status,
                                           again, final.updated_at, retry_reason))  # fmt: skip
         item = (final, snapshot.status_version, transitions)
         (conflict,) = self.adapter.commit([item], best_effort_history=True)
-        return conflict is None, conflict is None and final is not ended
+        retried = conflict is None and final is not ended
+        if retried:
+            self.events.task_retried(snapshot.name, "timeout" if why == "timed out" else "lost")
+        return conflict is None, retried
 
-    def _next_attempt(self, attempt: int, why: str) -> tuple[timedelta, str]:
-        delay = self.retry.delay(attempt)
-        label = f"{attempt + 1}/{self.retry.max_attempts}"
-        return delay, f"retry {label} after {why}, in {delay.total_seconds():.1f}s"
+    def overdue(self, held: Held) -> bool:
+        """A held task whose function began and runs past its timeout plus the grace without
+        having ended at a checkpoint."""
+        return held.began and not held.ended and held.ctx.overdue(self.config.timeout_grace)
+
+    def policy_of(self, snapshot: TaskSnapshot) -> RetryPolicy:
+        """The task's own retry policy, frozen at submit; the worker's default without one."""
+        return snapshot.retry or self.retry
+
+    @staticmethod
+    def _next_attempt(policy: RetryPolicy, attempt: int, why: str) -> tuple[timedelta, str]:
+        """The backoff before the attempt after ``attempt`` and its history reason: the
+        attempt number, why, and in how long it is due (from the entry's own time)."""
+        delay = policy.delay(attempt)
+        label = f"{attempt + 1}/{policy.max_attempts}"
+        return delay, f"retry {label} after {why}, in {delay.total_seconds():.3f}s"
 
     # -- commands --------------------------------------------------------------------------
 

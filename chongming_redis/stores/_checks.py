@@ -170,3 +170,8 @@ def check_task_commands(task_id: object, limit: object) -> int:
     """``task_commands``' arguments; returns ``limit`` (1..``MAX_TASK_COMMANDS``)."""
     check_identifier(task_id, "task_id")
     return check_int(limit, "limit", minimum=1, maximum=MAX_TASK_COMMANDS)
+
+
+def check_expire(now: object, limit: object) -> tuple[datetime, int]:
+    """``expire_finished``'s arguments: an aware ``now`` and ``1 <= limit <= 1000``."""
+    return check_dt(now, "now"), check_int(limit, "limit", minimum=1, maximum=1000)

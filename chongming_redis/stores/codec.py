@@ -33,6 +33,7 @@ from chongming_redis.model import (
     TaskSnapshot,
     Transition,
 )
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores._row_reader import Primitive, Reader, RowError, decode
 from chongming_redis.stores._scalars import (
     MAX_PAYLOAD_BYTES,
@@ -102,6 +103,11 @@ SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "attempt",
     "not_before",
     "priority",
+    "retry_policy",
+    "timeout_s",
+    "deadline",
+    "retention_s",
+    "unique_id",
 )
 LEASE_COLUMNS: tuple[str, ...] = ("lease_owner", "lease_until")
 TRANSITION_COLUMNS: tuple[str, ...] = (
@@ -154,6 +160,11 @@ def snapshot_to_row(snapshot: TaskSnapshot) -> Row:
         "attempt": snapshot.attempt,
         "not_before": _opt_dt(snapshot.not_before),
         "priority": snapshot.priority,
+        "retry_policy": None if snapshot.retry is None else snapshot.retry.to_json(),
+        "timeout_s": snapshot.timeout,
+        "deadline": _opt_dt(snapshot.deadline),
+        "retention_s": snapshot.retention,
+        "unique_id": snapshot.unique,
     }
 
 
@@ -220,7 +231,23 @@ def _snapshot_from(r: Reader) -> TaskSnapshot:
         attempt=r.int_required("attempt"),
         not_before=r.dt("not_before"),
         priority=r.int_opt("priority") or 0,  # a row written before priorities: 0
+        retry=_retry_policy(r.text("retry_policy")),  # a row written before policies: None
+        timeout=_seconds(r.number("timeout_s")),
+        deadline=r.dt("deadline"),
+        retention=_seconds(r.number("retention_s")),
+        unique=r.text("unique_id"),
     )
+
+
+def _retry_policy(text: str | None) -> RetryPolicy | None:
+    try:
+        return None if text is None else RetryPolicy.from_json(text)
+    except ValueError as exc:
+        raise RowError("retry_policy", str(exc)) from None
+
+
+def _seconds(value: int | float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 # -- transitions -----------------------------------------------------------------------------

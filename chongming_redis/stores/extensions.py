@@ -263,6 +263,44 @@ class WorkerBeatsStore(Protocol):
         ...
 
 
+@runtime_checkable
+class TaskPoliciesStore(Protocol):
+    """The store's duties for the task policies (``chongming_redis.policy``): unique ids that
+    live and die with their task, the start's deadline and retention.
+
+    A store with this extension, on top of round-tripping ``retry``, ``timeout``, ``deadline``,
+    ``retention`` and ``unique`` as every store does:
+
+    * **unique**: ``create`` (and a ``commit_tasks`` create) of a snapshot whose ``unique`` an
+      unfinished task with another id holds raises (returns) ``UniqueTaken`` and writes
+      nothing; otherwise the task holds its unique id from that write on. The id is let go by
+      the very write that moves the task to a final status (``save``, ``commit_tasks``, a
+      reconcile's ``LOST``) and by ``prune``/``expire_finished`` removing it; a write that
+      moves a finished task back to an unfinished status (a retry by hand) takes it again,
+      or is refused with ``UniqueTaken`` if another unfinished task holds it meanwhile. No
+      reaper, no lock that outlives its task;
+    * **deadline**: ``start_tasks`` sets ``deadline = now + timeout`` on each task it starts
+      whose ``timeout`` is set (and keeps it otherwise);
+    * **retention**: a task whose status is final and whose ``retention`` is set expires at
+      ``updated_at + retention``; ``expire_finished`` removes expired tasks."""
+
+    def expire_finished(self, *, now: datetime, limit: int = 100) -> list[str]:
+        """Remove up to ``limit`` (1..1000) finished tasks whose ``updated_at + retention <=
+        now``, earliest expiry first, each with its history, its commands and its unique id,
+        leaving the feed tombstones ``prune`` leaves. Never a task that is unfinished, has no
+        ``retention`` or has not expired. Returns the removed ids (``[]``: none expired)."""
+        ...
+
+    def unique_holder(self, unique: str) -> str | None:
+        """The id of the unfinished task that holds ``unique``, or ``None``."""
+        ...
+
+    def expiry_backlog(self, *, now: datetime) -> tuple[int, datetime | None]:
+        """``(finished tasks expired by now, not yet removed; the earliest expiry of those
+        still kept, or None)`` without reading every task."""
+        ...
+
+
 #: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
 EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "BatchingStore": ("commit_tasks", "start_tasks"),
@@ -277,6 +315,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "PagedQueryStore": ("query_page",),
     "CommandInspectingStore": ("task_commands", "command_backlog"),
     "WorkerBeatsStore": ("worker_beats",),
+    "TaskPoliciesStore": ("expire_finished", "unique_holder", "expiry_backlog"),
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -292,6 +331,7 @@ EXTENSIONS: dict[str, type] = {
     "PagedQueryStore": PagedQueryStore,
     "CommandInspectingStore": CommandInspectingStore,
     "WorkerBeatsStore": WorkerBeatsStore,
+    "TaskPoliciesStore": TaskPoliciesStore,
 }
 
 

@@ -39,6 +39,7 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._memory_policies import MemoryPolicies
 from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
@@ -55,7 +56,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class InMemoryTaskStore(MemoryReads):
+class InMemoryTaskStore(MemoryReads, MemoryPolicies):
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
@@ -75,6 +76,8 @@ class InMemoryTaskStore(MemoryReads):
         with self._open():
             if snapshot.task_id in self._tasks:
                 raise TaskAlreadyExists(snapshot.task_id)
+            if (taken := self._unique_error(row, None)) is not None:
+                raise taken
             self._tasks[snapshot.task_id] = row
             self._feed.move(snapshot.task_id)
 
@@ -86,6 +89,8 @@ class InMemoryTaskStore(MemoryReads):
             if actual != expect_version:
                 raise ConcurrencyConflict(snapshot.task_id, expect_version, actual)  # type: ignore[arg-type]
             assert current is not None
+            if (taken := self._unique_error(row, current)) is not None:
+                raise taken
             for column in LEASE_COLUMNS:  # save never writes the lease: keep what touch wrote
                 row[column] = current[column]
             self._tasks[snapshot.task_id] = row
@@ -205,11 +210,13 @@ class InMemoryTaskStore(MemoryReads):
         task_id = str(row["task_id"])
         current = self._tasks.get(task_id)
         if expect is None:
-            return None if current is None else TaskAlreadyExists(task_id)
+            return (
+                TaskAlreadyExists(task_id) if current is not None else self._unique_error(row, None)
+            )
         actual = None if current is None else current["status_version"]
         if actual != expect:
             return ConcurrencyConflict(task_id, expect, actual)  # type: ignore[arg-type]
-        return None
+        return self._unique_error(row, current)
 
     def start_tasks(
         self,
@@ -243,6 +250,8 @@ class InMemoryTaskStore(MemoryReads):
                 row.update(status=TaskStatus.RUNNING.value, status_version=version,
                            updated_at=moment, heartbeat_at=moment, lease_owner=owner,
                            lease_until=until)  # fmt: skip
+                if row.get("timeout_s") is not None:  # this attempt's deadline
+                    row["deadline"] = moment + round(float(row["timeout_s"]) * 1_000_000)  # type: ignore[arg-type]
                 task_id = str(row["task_id"])
                 self._feed.move(task_id)
                 reason = f"started by {owner} (attempt {int(row['attempt'])})"  # type: ignore[arg-type]
@@ -326,11 +335,7 @@ class InMemoryTaskStore(MemoryReads):
             doomed = terminal[: max(0, len(terminal) - keep)]
             removed_at = datetime.now(timezone.utc)
             for row in doomed:
-                task_id = str(row["task_id"])
-                self._feed.tombstone(task_id, str(row["name"]), int(row["bucket"]), removed_at)  # type: ignore[arg-type]
-                del self._tasks[task_id]
-                self._history.pop(task_id, None)
-                self._task_commands.pop(task_id, None)  # the commands stay, unlisted
+                self._remove(str(row["task_id"]), removed_at)
             return len(doomed)
 
     # -- the change feed -------------------------------------------------------------------

@@ -27,3 +27,10 @@ def count(ctx, params):  # type: ignore[no-untyped-def]
 @app.task(isolation="process")
 def explode(ctx, params):  # type: ignore[no-untyped-def]
     raise RuntimeError("boom in the child")
+
+
+@app.task("spin_with_timeout", isolation="process", timeout=0.5)
+def spin_with_timeout(ctx, params):  # type: ignore[no-untyped-def]
+    """Never checks in, with a timeout: the parent's SIGTERM then SIGKILL ends it."""
+    while True:
+        pass

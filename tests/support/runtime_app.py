@@ -69,7 +69,7 @@ from redis.retry import Retry  # noqa: E402
 from chongming_redis.runtime.app import App  # noqa: E402
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped  # noqa: E402
 from chongming_redis.runtime.controller import Controller  # noqa: E402
-from chongming_redis.runtime.retry import RetryPolicy  # noqa: E402
+from chongming_redis.policy import RetryPolicy  # noqa: E402
 from chongming_redis.stores.protocol import TaskStore  # noqa: E402
 from chongming_redis.stores.urls import open_store_url  # noqa: E402
 

@@ -68,8 +68,8 @@ def test_a_worker_logs_the_types_it_does_not_run_and_not_its_own(
     worker = Controller(store, app=app, owner="w1")
     worker.clock.now = lambda: NOW  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, logger="chongming_redis.runtime"):
-        worker._report_stranded()
-        worker._report_stranded()  # at most once a minute
+        worker._stranded.tick(worker.clock.now())
+        worker._stranded.tick(worker.clock.now())  # at most once a minute
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "type 'resize'" in lines[0] and lines[0].startswith("w1: ")
 

@@ -69,11 +69,30 @@ def show_json(
     task["result"] = plain(snapshot.result)
     if snapshot.failure is not None:
         task["failure"]["traceback"] = snapshot.failure.traceback
+    task["policies"] = policies_json(snapshot)
     return {
         "namespace": namespace,
         "task": task,
         "history": [transition_json(entry) for entry in history],
     }
+
+
+def policies_json(snapshot: TaskSnapshot) -> dict[str, Any]:
+    """The task's frozen policies: ``retry`` (``None``: the worker's default), ``timeout`` and
+    ``retention`` in seconds, the running attempt's ``deadline``, the ``unique`` id."""
+    retry = snapshot.retry
+    return {
+        "retry": None if retry is None else {
+            "max_attempts": retry.max_attempts, "base_delay": retry.base_delay,
+            "max_delay": retry.max_delay, "multiplier": retry.multiplier,
+            "jitter": retry.jitter, "retry_on": list(retry.retry_on),
+            "no_retry_on": list(retry.no_retry_on),
+        },
+        "timeout": snapshot.timeout,
+        "deadline": _time(snapshot.deadline),
+        "retention": snapshot.retention,
+        "unique": snapshot.unique,
+    }  # fmt: skip
 
 
 def counts_json(counts: Mapping[TaskStatus, int]) -> dict[str, int]:

@@ -147,6 +147,7 @@ def stats(
         workers, owners = store.pool_state()
         now = datetime.now(timezone.utc)
         stranded = stranded_types(store, now) if counts.get(TaskStatus.PENDING) else []
+        expired, next_expiry = store.expiry_backlog(now=now)
         if as_json:
             from chongming_redis.cli.json_output import stats_json
 
@@ -154,6 +155,9 @@ def stats(
             doc["stranded"] = [{"name": s.name, "waiting": s.waiting,
                                 "longest_seconds": round(s.longest.total_seconds(), 3)}
                                for s in stranded]  # fmt: skip
+            doc["retention"] = {"expired_not_yet_removed": expired,
+                                "next_expiry": None if next_expiry is None
+                                else next_expiry.isoformat()}  # fmt: skip
             print_json(doc)
             return
         from chongming_redis.cli.render import buckets_table, counts_table, workers_table
@@ -168,6 +172,11 @@ def stats(
             screen.print(workers_table(workers, owners, now))
         else:
             screen.print("no workers have joined this namespace", highlight=False)
+        finished = sum(n for status, n in counts.items() if status.is_terminal)
+        if finished:  # what retention will remove, and when the next one goes
+            when = "none kept expires" if next_expiry is None else f"next expiry {next_expiry}"
+            screen.print(f"finished tasks: {finished} kept; {expired} past their retention, "
+                         f"removed by the workers; {when}", highlight=False)  # fmt: skip
         for one in stranded:
             screen.print(f"warning: {describe(one)}", style="yellow", highlight=False)
 

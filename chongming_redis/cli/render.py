@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -168,6 +168,21 @@ def show_task(
     console.print(timeline(history))
 
 
+def _policy_fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:
+    """The task's frozen policies (``chongming_redis.policy``)."""
+    yield "retry", s.retry.describe() if s.retry is not None else "the worker's default"
+    if s.timeout is not None:
+        deadline = "" if s.deadline is None else "  (deadline " + str(s.deadline) + ")"
+        yield "timeout", f"{s.timeout:g}s per attempt{deadline}"
+    if s.retention is not None:
+        kept = f"{s.retention:g}s after it finished"
+        if s.status.is_terminal:
+            kept += "  (until " + str(s.updated_at + timedelta(seconds=s.retention)) + ")"
+        yield "retention", kept
+    if s.unique is not None:
+        yield "unique", Text(s.unique)
+
+
 def _fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:
     state = status_text(s.status) + Text(f"  (version {s.status_version}, attempt {s.attempt})")
     yield from (("task", Text(s.task_id)), ("name", Text(s.name)), ("status", state))
@@ -182,6 +197,10 @@ def _fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:
     yield "updated", labelled_time(s.updated_at, now)
     if s.not_before is not None:
         yield "not before", labelled_time(s.not_before, now)
+    if s.status is TaskStatus.PENDING and s.attempt > 1:
+        yield "next attempt", Text(f"{s.attempt}, due ") + labelled_time(
+            max(s.not_before or s.updated_at, s.updated_at), now)  # fmt: skip
+    yield from _policy_fields(s, now)
     if s.progress is not None:
         bar = progress_bar(s.progress, width=20)
         note = s.progress.message

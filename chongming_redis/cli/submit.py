@@ -53,6 +53,13 @@ def submit(
         int | None,
         typer.Option(help="-100..100, higher starts first (default: the task type's, else 0)"),
     ] = None,
+    unique: Annotated[
+        str | None,
+        typer.Option(
+            help="create it only while no unfinished task holds this id; else print "
+            "that task's id (with --count 1)"
+        ),
+    ] = None,
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
@@ -72,6 +79,8 @@ def submit(
                             f"not {delay}")  # fmt: skip
         if priority is not None and not -100 <= priority <= 100:
             raise UserError(f"--priority must be an integer from -100 to 100, not {priority}")
+        if unique is not None and count != 1:
+            raise UserError(f"--unique submits one task: it cannot go with --count {count}")
         try:
             decoded = json.loads(params)
         except json.JSONDecodeError as exc:
@@ -84,6 +93,10 @@ def submit(
         buckets = _namespace_buckets(store, namespace, num_buckets)
         client = Client(store, app=task_app, num_buckets=buckets, name=_cli_owner(),
                         owns_store=True)  # fmt: skip
+        if unique is not None:
+            _submit_unique(client, name, decoded, key=key, tags=tag or (), delay=delay,
+                           priority=priority, unique=unique)  # fmt: skip
+            return
         with progress("submitting", count, shown=None if count > 1 else False) as advance:
             done = 0
             while done < count:  # up to SUBMIT_BATCH per round trip
@@ -95,6 +108,20 @@ def submit(
                 done += len(handles)
                 advance(len(handles))
         client.close()
+
+
+def _submit_unique(client: Any, name: str, params: Any, *, unique: str, **options: Any) -> None:
+    """One ``unique`` submit: the new task's id, or the unfinished holder's with a note on
+    stderr (exit 0: the job is there, as asked)."""
+    try:
+        handle = client.submit(name, params, unique=unique, delay=options.pop("delay") or None,
+                               **options)  # fmt: skip
+    finally:
+        client.close()
+    sys.stdout.write(f"{handle.task_id}\n")
+    if not handle.created:
+        sys.stderr.write(f"unique id {unique!r} is held by unfinished task {handle.task_id}: "
+                         "nothing submitted\n")  # fmt: skip
 
 
 def _namespace_buckets(store: Any, namespace: str, given: int | None) -> int:

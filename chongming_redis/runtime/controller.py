@@ -57,7 +57,7 @@ from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.retention import expire_finished
 from chongming_redis.runtime.runner import Runner
 from chongming_redis.runtime.store_adapter import StoreAdapter
-from chongming_redis.runtime.stranded import STRANDED_AFTER, describe, stranded_types
+from chongming_redis.runtime.stranded import StrandedWarnings
 from chongming_redis.runtime.submission import NewTask, new_task
 from chongming_redis.runtime.supervisor import supervise
 from chongming_redis.runtime.timeouts import end_overdue
@@ -120,7 +120,7 @@ class Controller:
                                        release_unbegun=self.runner.release_unbegun)  # fmt: skip
         self.reconciler = Reconciler(self.writer)
         self.bucket_pool: BucketPool | None = None
-        self._stranded_look_at = 0.0  # monotonic: the next look for stranded task types
+        self._stranded = StrandedWarnings(self.store, self.owner, self.app.types)
         self._threads: list[threading.Thread] = []
         nudge = self.adapter.nudge
         self.notifier: RedisNotifier | LocalNotifier = (
@@ -334,7 +334,7 @@ class Controller:
             self.runner.start_available()
 
     def _reconcile_once(self) -> None:
-        self._report_stranded()
+        self._stranded.tick(self.clock.now())
         expire_finished(self.adapter, self.clock.now())
         report = self.reconcile()
         if report.lost:
@@ -342,15 +342,6 @@ class Controller:
                         report.retried)  # fmt: skip
         if report.lost or report.retried:
             self._wake_starter.set()
-
-    def _report_stranded(self) -> None:
-        """Once a minute, a warning per task type this worker does not run whose due tasks
-        have waited past ``STRANDED_AFTER`` (``runtime/stranded.py``)."""
-        if time.monotonic() < self._stranded_look_at:
-            return
-        self._stranded_look_at = time.monotonic() + STRANDED_AFTER.total_seconds()
-        for one in stranded_types(self.store, self.clock.now(), ignore=self.app.types):
-            log.warning("%s: %s", self.owner, describe(one))
 
     def shutdown(self, grace: float = 30.0, *, hand_back: str = "requeue") -> None:
         """Take no new work; let running tasks finish within ``grace`` seconds; then hand the

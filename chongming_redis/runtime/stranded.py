@@ -8,6 +8,8 @@ letting them wait in silence. Reads one query of the oldest ``PENDING`` tasks (b
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,6 +18,8 @@ from chongming_redis.model import TaskQuery, TaskStatus
 from chongming_redis.stores.protocol import TaskStore
 
 #: How long a due task waits before its type is reported.
+log = logging.getLogger("chongming_redis.runtime")
+
 STRANDED_AFTER = timedelta(seconds=60)
 #: The oldest PENDING tasks one look reads.
 LOOK_LIMIT = 1000
@@ -58,3 +62,19 @@ def describe(stranded: Stranded) -> str:
     return (f"{stranded.waiting} pending task(s) of type {stranded.name!r} have been due for up "
             f"to {stranded.longest.total_seconds():.0f} s: no live worker seems to run this "
             "type (or every one is full)")  # fmt: skip
+
+
+class StrandedWarnings:
+    """A worker's warning, once a minute, for each task type it does not run whose due tasks
+    have waited past ``STRANDED_AFTER`` (the reconcile tick calls ``tick``)."""
+
+    def __init__(self, store: TaskStore, owner: str, runs: Collection[str]) -> None:
+        self.store, self.owner, self.runs = store, owner, runs
+        self._look_at = 0.0  # monotonic: the next look
+
+    def tick(self, now: datetime) -> None:
+        if time.monotonic() < self._look_at:
+            return
+        self._look_at = time.monotonic() + STRANDED_AFTER.total_seconds()
+        for one in stranded_types(self.store, now, ignore=self.runs):
+            log.warning("%s: %s", self.owner, describe(one))

@@ -136,6 +136,7 @@ class RetryPolicy:
     def retries_error_type(self, error_type: str) -> bool:
         """For a failure known by its ``error_type`` alone (a child process's, a timeout):
         matched by that one name."""
+
         def named(names: tuple[str, ...]) -> bool:  # a stored failure names its class bare
             return any(error_type in (name, name.rsplit(".", 1)[-1]) for name in names)
 

@@ -11,7 +11,9 @@ tally, each with one hook per rule. Both are sound as written (``SOUND``): the c
 them, so a failure on a subclass is the one hook it changes.
 
 The broken stores of the dashboard reads (keyset paging, a task's commands, the command
-backlog) are in ``tests/broken_dashboard_stores.py``; their tables are merged into these.
+backlog) are in ``tests/broken_dashboard_stores.py``, those of the task policies (the policy
+fields' round trip, the start's deadline, unique ids, retention) in
+``tests/broken_policy_stores.py``; their tables are merged into these.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from chongming_redis.stores.codec import encode_dt as snapshot_to_row_dt
 from chongming_redis.stores.codec import snapshot_to_row
 from chongming_redis.stores.extensions import CommitItem
 from chongming_redis.stores.memory import InMemoryTaskStore
-from tests import broken_dashboard_stores
+from tests import broken_dashboard_stores, broken_policy_stores
 
 EXPECTED = frozenset(
     {
@@ -47,6 +49,7 @@ EXPECTED = frozenset(
         "TaskTypesStore",
         "PagedQueryStore",
         "CommandInspectingStore",
+        "TaskPoliciesStore",
     }
 )
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED
@@ -291,7 +294,9 @@ class _Starter(InMemoryTaskStore):
         return started
 
     def running(self, s: TaskSnapshot, now: datetime) -> TaskSnapshot:
-        return replace(s, status=R, status_version=s.status_version + self.step, updated_at=now)
+        deadline = s.deadline if s.timeout is None else now + timedelta(seconds=s.timeout)
+        return replace(s, status=R, status_version=s.status_version + self.step, updated_at=now,
+                       deadline=deadline)  # fmt: skip
 
     def lease(self, task_id: str, owner: str, now: datetime, until: datetime) -> None:
         self.touch(task_id, heartbeat_at=now, lease_owner=owner, lease_until=until)
@@ -1101,3 +1106,8 @@ BROKEN_EXTENSION_STORES: dict[str, type[InMemoryTaskStore]] = {
 CAUGHT_BY.update(broken_dashboard_stores.CAUGHT_BY)
 BROKEN_EXTENSION_STORES.update(broken_dashboard_stores.BROKEN)
 SOUND.update(broken_dashboard_stores.SOUND)
+
+# The task policies' broken stores, in their own module too.
+CAUGHT_BY.update(broken_policy_stores.CAUGHT_BY)
+BROKEN_EXTENSION_STORES.update(broken_policy_stores.BROKEN)
+SOUND.update(broken_policy_stores.SOUND)

@@ -136,9 +136,41 @@ def test_policies_are_frozen_into_the_task_at_submit() -> None:
     assert (typed.retry, typed.timeout, typed.retention) == (policy, 90.0, 3600.0)
     assert (plain.retry, plain.timeout, plain.retention) == (None, None, 3600.0)
     assert (override.retry, override.timeout, override.retention) == (QUICK, 2.0, 60.0)
-    with Client(memory) as bare:  # no app: the built-in default retention
-        loose = bare.submit("anything").get()
-    assert loose is not None and loose.retention == DEFAULT_RETENTION
+    with Client(memory) as bare:  # no app: nothing it does not know is frozen
+        loose = bare.submit("anything", timeout=5).get()
+    assert loose is not None and (loose.retry, loose.timeout, loose.retention) == (None, 5.0, None)
+
+
+def test_the_worker_fills_in_its_types_policies_for_a_task_submitted_without_them(
+    store: Any, make: Any
+) -> None:
+    """A producer that does not import the worker's code freezes no policy: the worker that
+    starts the task applies its type's (and writes them with the task's end)."""
+    worker = make()
+    attempts: list[int] = []
+
+    @worker.task(retry=QUICK, retention=3600)
+    def flaky(ctx: TaskContext, params: Any) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 2:
+            raise Flaky("once")
+        return "second"
+
+    with Client(store) as bare:
+        task_id = bare.submit("flaky").task_id
+    assert store.get(task_id).retry is None
+    worker.start()
+    done = wait_status(store, task_id, OK)
+    assert attempts == [1, 2] and (done.retry, done.retention) == (QUICK, 3600.0)
+    never_ran = bare_stopped(store)
+    assert never_ran.retention == DEFAULT_RETENTION  # finished unstarted: the default
+
+
+def bare_stopped(store: Any) -> Any:
+    with Client(store) as bare:
+        handle = bare.submit("flaky", delay=3600)
+        assert handle.stop() == "stopped"
+    return store.get(handle.task_id)
 
 
 # -- retries -------------------------------------------------------------------------------------

@@ -25,7 +25,13 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
-from chongming_redis.policy import MAX_RETENTION, MAX_TIMEOUT, RetryPolicy, check_duration
+from chongming_redis.policy import (
+    DEFAULT_RETENTION,
+    MAX_RETENTION,
+    MAX_TIMEOUT,
+    RetryPolicy,
+    check_duration,
+)
 from chongming_redis.validation import check_identifier, check_priority
 
 R = TypeVar("R")
@@ -77,6 +83,11 @@ class TaskType:
     retry: RetryPolicy | None = None
     timeout: float | None = None
     retention: float | None = None
+
+    @property
+    def retention_or_default(self) -> float:
+        """Its retention, else ``DEFAULT_RETENTION``."""
+        return self.retention if self.retention is not None else DEFAULT_RETENTION
 
     def validate(self, params: Any) -> Any:
         """The parameters as they are stored (JSON types), or ``InvalidParams``."""

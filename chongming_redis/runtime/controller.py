@@ -118,6 +118,7 @@ class Controller:
                              wake_starter=self._wake_starter)  # fmt: skip
         self.commands = CommandHandler(self.writer, stop_unbegun=self.runner.stop_unbegun,
                                        release_unbegun=self.runner.release_unbegun)  # fmt: skip
+        self.writer.types = self.app.types  # the live dict: types registered later count
         self.reconciler = Reconciler(self.writer)
         self.bucket_pool: BucketPool | None = None
         self._stranded = StrandedWarnings(self.store, self.owner, self.app.types)

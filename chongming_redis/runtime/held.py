@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.policy import DEFAULT_RETENTION
 from chongming_redis.runtime.context import TaskContext
 
 HELD_STATUSES = (TaskStatus.RUNNING, TaskStatus.PAUSED)
@@ -92,7 +93,11 @@ class HeldTasks:
 def advance(
     snapshot: TaskSnapshot, status: TaskStatus, now: datetime, **changes: Any
 ) -> TaskSnapshot:
-    """The next state: one version up (the store checks only that we held the previous one)."""
+    """The next state: one version up (the store checks only that we held the previous one).
+    A task that finishes with no retention of its own (its producer knew no policy and no
+    worker ran it) gets ``DEFAULT_RETENTION``: no finished task is kept for ever."""
+    if status.is_terminal and snapshot.retention is None and "retention" not in changes:
+        changes["retention"] = DEFAULT_RETENTION
     return snapshot.evolve(status=status, status_version=snapshot.status_version + 1,
                            updated_at=now, **changes)  # fmt: skip
 

@@ -36,6 +36,7 @@ from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
 from chongming_redis.runtime.endings import failure_of, is_own
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
+from chongming_redis.runtime.submission import fill_policies
 from chongming_redis.runtime.task_log import TaskLog
 from chongming_redis.runtime.task_loop import TaskLoop
 from chongming_redis.runtime.window import Window
@@ -148,6 +149,7 @@ class Runner:
     ) -> Held:
         """Hold a task that was just stored ``RUNNING`` and hand it to the executor.
         ``renewed_at``: when its lease was written, if the start wrote it."""
+        running = fill_policies(running, self.app.types.get(running.name))
         ctx = TaskContext(running.task_id, running.attempt, self.writer.owner)
         if running.timeout is not None:  # from the start call: at or after the store's start
             ctx.set_timeout(running.timeout, renewed_at or time.monotonic())

@@ -14,7 +14,6 @@ from typing import Any
 from chongming_redis.model import CommandKind, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
 from chongming_redis.policy import (
-    DEFAULT_RETENTION,
     MAX_RETENTION,
     MAX_TIMEOUT,
     RetryPolicy,
@@ -95,20 +94,36 @@ def new_task(
 
 
 def frozen_policies(spec: NewTask, task_type: TaskType | None) -> dict[str, Any]:
-    """The policies frozen into a new task: the submit's, else its type's; retention then
-    falls back to ``DEFAULT_RETENTION``. ``TypeError``/``ValueError`` for a bad one."""
+    """The policies frozen into a new task: the submit's, else its type's (retention: its
+    type's, its app's, else ``DEFAULT_RETENTION``). Without the type (a producer that does not
+    import the worker's code) only what the submit names: the worker that starts the task
+    fills in its type's (``fill_policies``). ``TypeError``/``ValueError`` for a bad one."""
     if spec.retry is not None and not isinstance(spec.retry, RetryPolicy):
         raise TypeError(f"retry must be a RetryPolicy, not {type(spec.retry).__name__}")
     timeout = check_duration(spec.timeout, "timeout", maximum=MAX_TIMEOUT)
     retention = check_duration(spec.retention, "retention", maximum=MAX_RETENTION)
-    if task_type is not None:
-        timeout = timeout if timeout is not None else task_type.timeout
-        retention = retention if retention is not None else task_type.retention
+    if task_type is None:  # a producer without the type's code: the worker fills them in
+        return {"retry": spec.retry, "timeout": timeout, "retention": retention}
     return {
-        "retry": spec.retry or (None if task_type is None else task_type.retry),
-        "timeout": timeout,
-        "retention": retention if retention is not None else DEFAULT_RETENTION,
+        "retry": spec.retry or task_type.retry,
+        "timeout": timeout if timeout is not None else task_type.timeout,
+        "retention": retention if retention is not None else task_type.retention_or_default,
     }
+
+
+def fill_policies(snapshot: TaskSnapshot, task_type: TaskType | None) -> TaskSnapshot:
+    """A task its producer froze no policy into, with its type's as this worker knows them
+    (kept in memory by its holder, written with its next save)."""
+    if task_type is None:
+        return snapshot
+    changes: dict[str, Any] = {}
+    if snapshot.retry is None and task_type.retry is not None:
+        changes["retry"] = task_type.retry
+    if snapshot.timeout is None and task_type.timeout is not None:
+        changes["timeout"] = task_type.timeout
+    if snapshot.retention is None:
+        changes["retention"] = task_type.retention_or_default
+    return snapshot.evolve(**changes) if changes else snapshot
 
 
 def retried(snapshot: TaskSnapshot, now: datetime, by: str) -> tuple[TaskSnapshot, Transition]:

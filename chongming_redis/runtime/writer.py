@@ -21,6 +21,7 @@ from typing import Any
 from chongming_redis.errors import ConcurrencyConflict, StoreError, StoreUnavailable
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy
+from chongming_redis.runtime.app import TaskType
 from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
@@ -49,6 +50,9 @@ class TaskWriter:
         self.held = held
         self.config = config
         self.retry = retry
+        #: This worker's task types by name (the controller's app fills it): their retry
+        #: policies apply to tasks submitted without one.
+        self.types: dict[str, TaskType] = {}
         #: The controller's observer (metrics); the runner and the loops report through it.
         self.events = events
 
@@ -334,8 +338,10 @@ class TaskWriter:
         return held.began and not held.ended and held.ctx.overdue(self.config.timeout_grace)
 
     def policy_of(self, snapshot: TaskSnapshot) -> RetryPolicy:
-        """The task's own retry policy, frozen at submit; the worker's default without one."""
-        return snapshot.retry or self.retry
+        """The task's own retry policy, frozen at submit (or by its holder); else its type's
+        as this worker knows it (``types``); else the worker's default."""
+        task_type = self.types.get(snapshot.name)
+        return snapshot.retry or (task_type.retry if task_type else None) or self.retry
 
     @staticmethod
     def _next_attempt(policy: RetryPolicy, attempt: int, why: str) -> tuple[timedelta, str]:

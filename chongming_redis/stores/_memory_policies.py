@@ -57,10 +57,13 @@ class MemoryPolicies:
 
     def _unique_error(self, row: Row, previous: Row | None) -> UniqueTaken | None:
         """A write of ``row`` over ``previous`` (``None``: a create) that would give its unique
-        id a second unfinished holder: created, or moved back from a final status."""
+        id a second unfinished holder: created, moved back from a final status, or given a
+        unique id it did not hold."""
         unique = row.get("unique_id")
-        if unique is None or is_final(row) or (previous is not None and not is_final(previous)):
+        if unique is None or is_final(row):
             return None
+        if previous is not None and not is_final(previous) and previous.get("unique_id") == unique:
+            return None  # it holds it already
         holder = self._holder(str(unique))
         if holder is None or holder == row["task_id"]:
             return None

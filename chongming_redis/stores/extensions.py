@@ -273,7 +273,9 @@ class TaskPoliciesStore(Protocol):
 
     * **unique**: ``create`` (and a ``commit_tasks`` create) of a snapshot whose ``unique`` an
       unfinished task with another id holds raises (returns) ``UniqueTaken`` and writes
-      nothing; otherwise the task holds its unique id from that write on. The id is let go by
+      nothing; otherwise the task holds its unique id from that write on. Within one
+      ``commit_tasks`` call, the items are applied in order for this: of two creates with one
+      unique id, the first holds it and the second is ``UniqueTaken``. The id is let go by
       the very write that moves the task to a final status (``save``, ``commit_tasks``, a
       reconcile's ``LOST``) and by ``prune``/``expire_finished`` removing it; a write that
       moves a finished task back to an unfinished status (a retry by hand) takes it again,

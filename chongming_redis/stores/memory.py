@@ -190,10 +190,14 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies):
             for task, expect, entries in check.check_commit_items(items)
         ]
         with self._open():
-            # Every item is judged against the state before the call, as the Redis script does.
+            # Every item's version is judged against the state before the call, as the Redis
+            # script does; its unique id as the items before it were applied (in order).
             results = [self._commit_error(row, expect) for row, expect, _ in prepared]
-            for (row, expect, entries), error in zip(prepared, results):
-                if error is not None:
+            for i, (row, expect, entries) in enumerate(prepared):
+                if results[i] is None:
+                    current = self._tasks.get(str(row["task_id"]))
+                    results[i] = self._commit_unique_error(row, current)
+                if results[i] is not None:
                     continue
                 task_id = str(row["task_id"])
                 if expect is not None:  # a save never writes the lease
@@ -210,12 +214,14 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies):
         task_id = str(row["task_id"])
         current = self._tasks.get(task_id)
         if expect is None:
-            return (
-                TaskAlreadyExists(task_id) if current is not None else self._unique_error(row, None)
-            )
+            return TaskAlreadyExists(task_id) if current is not None else None
         actual = None if current is None else current["status_version"]
         if actual != expect:
             return ConcurrencyConflict(task_id, expect, actual)  # type: ignore[arg-type]
+        return None
+
+    def _commit_unique_error(self, row: Row, current: Row | None) -> StoreError | None:
+        """An item's unique id, judged after the items before it in its call."""
         return self._unique_error(row, current)
 
     def start_tasks(

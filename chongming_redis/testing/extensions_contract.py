@@ -59,6 +59,7 @@ from chongming_redis.testing.extensions.dashboard_reads import DashboardReadsCon
 from chongming_redis.testing.extensions.paged_queries import PagedQueryContract
 from chongming_redis.testing.extensions.producer_reads import ProducerReadsContract
 from chongming_redis.testing.extensions.start_order import StartOrderContract
+from chongming_redis.testing.extensions.task_policies import TaskPoliciesContract
 
 __all__ = ["ExtensionsContract"]
 
@@ -71,6 +72,7 @@ class ExtensionsContract(
     ProducerReadsContract,
     PagedQueryContract,
     DashboardReadsContract,
+    TaskPoliciesContract,
     ContractBase,
 ):
     """The extensions' contract as test methods. Define ``make_store`` and

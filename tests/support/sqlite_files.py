@@ -23,6 +23,7 @@ SQLITE_EXTENSIONS = frozenset(
         "PagedQueryStore",
         "CommandInspectingStore",
         "WorkerBeatsStore",
+        "TaskPoliciesStore",
     }
 )
 

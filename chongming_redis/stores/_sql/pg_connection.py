@@ -36,11 +36,16 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from chongming_redis.errors import StoreClosed, StoreError, StoreUnavailable
-from chongming_redis.stores._sql.schema import Dialect, format_placeholders
+from chongming_redis.stores._sql.schema import SQLITE, Dialect, format_placeholders
 
 
 def _large_set(column: str, values: Sequence[int]) -> tuple[str, list[object]]:
     return f"{column} = ANY(?::bigint[])", [list(values)]
+
+
+def _literal(value: str) -> str:
+    # Text columns are bytea; a plain word in bytea's escape input format is its own bytes.
+    return f"{SQLITE.literal(value)}::bytea"
 
 
 POSTGRES = Dialect(
@@ -48,6 +53,8 @@ POSTGRES = Dialect(
     text="bytea",
     blob="bytea",
     bigint="bigint",
+    real="double precision",
+    literal=_literal,
     for_update=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
     greatest="GREATEST",

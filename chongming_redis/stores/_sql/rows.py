@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from chongming_redis.errors import CorruptRecord
 from chongming_redis.model import Command, TaskSnapshot, Transition
+from chongming_redis.stores._sql.schema import FINAL_STATUSES
 from chongming_redis.stores.codec import (
     COMMAND_COLUMNS,
     LEASE_COLUMNS,
@@ -102,6 +103,36 @@ def task_row(values: Sequence[Any]) -> Row:
     """A ``tasks`` row (``TASK_SELECT``) as a codec row, for a write that changes some columns
     and decodes the result."""
     return {c: _blobs(v) for c, v in zip(SNAPSHOT_COLUMNS, values)}
+
+
+def claimed_unique(row: Row) -> str | None:
+    """The unique id a task row holds once written: its ``unique_id`` while its status is
+    unfinished, else ``None`` (a final task holds none: ``tasks_unique`` leaves it out)."""
+    unique = row.get("unique_id")
+    if unique is None or text(row["status"]) in FINAL_STATUSES:
+        return None
+    return text(unique)
+
+
+def expires_at(row: Row) -> int | None:
+    """The ``expires_at`` of a task row (µs): ``updated_at + retention`` once its status is
+    final, else ``None``. Every statement that writes a row writes this with it, computed here
+    exactly as the in-memory reference computes an expiry (``round`` of the µs)."""
+    retention = row.get("retention_s")
+    if retention is None or text(row["status"]) not in FINAL_STATUSES:
+        return None
+    return int(row["updated_at"]) + _micros(retention)  # type: ignore[arg-type]
+
+
+def deadline_of(row: Row, started_at: int) -> Primitive:
+    """The ``deadline`` a start writes: ``started_at + timeout`` when the task has a timeout,
+    else the one it had (kept, as every other field a start does not own)."""
+    timeout = row.get("timeout_s")
+    return row.get("deadline") if timeout is None else started_at + _micros(timeout)
+
+
+def _micros(seconds: Primitive) -> int:
+    return round(float(seconds) * 1_000_000)  # type: ignore[arg-type]
 
 
 def integer(value: Any, key: str, column: str) -> int:

@@ -3,16 +3,23 @@ tables, their columns and indexes, the versioned migrations, and the ``Dialect``
 seams through which the shared SQL of the ``_sql`` modules reaches a driver.
 
 Shared SQL is written with ``?`` placeholders and no string literals (every value is a
-parameter), so a dialect whose driver wants ``%s`` converts it with ``format_placeholders`` and
-may store text however it likes (PostgreSQL ``text`` cannot hold NUL, which an id may contain:
-its ``Tx`` may bind every ``str`` as UTF-8 ``bytea``; the codec decodes ``bytes`` text back).
+parameter; the one exception, a partial index's predicate, which cannot take parameters, spells
+its statuses with ``Dialect.literal``), so a dialect whose driver wants ``%s`` converts it with
+``format_placeholders`` and may store text however it likes (PostgreSQL ``text`` cannot hold
+NUL, which an id may contain: its ``Tx`` may bind every ``str`` as UTF-8 ``bytea``; the codec
+decodes ``bytes`` text back).
 Text compares in code-point order: SQLite's ``BINARY`` collation and ``bytea`` compare UTF-8
 bytes, and UTF-8 byte order is code-point order (a ``text`` column would need ``COLLATE "C"``).
 
 Tables (``schema_statements``):
 
 * ``tasks`` — one row per task, the codec's ``SNAPSHOT_COLUMNS`` plus ``feed_position`` (its
-  place in the change feed); ``priority`` and the start order index came with version 2.
+  place in the change feed); ``priority`` and the start order index came with version 2; the
+  task policies (``retry_policy``, ``timeout_s``, ``deadline``, ``retention_s``, ``unique_id``)
+  with version 3, with ``expires_at`` (``updated_at + retention`` of a final task, else NULL:
+  derived by every statement that writes the row) and two partial indexes: ``tasks_expiry``
+  (what ``expire_finished`` removes, earliest first) and the unique ``tasks_unique`` (at most
+  one unfinished task per ``unique_id``: the database itself refuses a second holder).
   Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a float stays a float in any
   dialect.
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
@@ -38,9 +45,14 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from chongming_redis.errors import UnsupportedSchema
+from chongming_redis.model import TaskStatus
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+#: The final statuses (``TaskStatus.is_terminal``): a task in one holds no unique id and may
+#: expire.
+FINAL_STATUSES: tuple[str, ...] = tuple(s.value for s in TaskStatus if s.is_terminal)
 
 #: Above this many values an ``IN (?, ?, ...)`` list is replaced by the dialect's set parameter
 #: (old SQLite builds allow 999 parameters per statement).
@@ -66,6 +78,15 @@ def _in_placeholders(column: str, values: Sequence[object]) -> tuple[str, list[o
     return f"{column} IN ({', '.join('?' * len(values))})", list(values)
 
 
+_WORD = re.compile(r"[a-z_]+")
+
+
+def _sqlite_literal(value: str) -> str:
+    if not _WORD.fullmatch(value):  # only ever a status name: nothing to escape
+        raise ValueError(f"not a plain word for a SQL literal: {value!r}")
+    return f"'{value}'"
+
+
 @dataclass(frozen=True)
 class Dialect:
     """What differs between SQL databases in the shared SQL: column types, row locks, and how
@@ -75,6 +96,11 @@ class Dialect:
     text: str  # ids, names, messages (compared in code-point order)
     blob: str  # msgpack payloads
     bigint: str  # microseconds, versions, positions (64-bit)
+    #: Seconds (``timeout_s``, ``retention_s``): a double.
+    real: str = "REAL"
+    #: A text constant as the ``text`` columns hold it, for a partial index's predicate (which
+    #: cannot take parameters); only plain lower-case words (status names) are accepted.
+    literal: Callable[[str], str] = field(default=_sqlite_literal)
     #: Appended to a SELECT that reads rows the transaction will then write (" FOR UPDATE").
     for_update: str = ""
     #: Appended to a claim's SELECT: rows another transaction holds are skipped, not waited for.
@@ -186,8 +212,38 @@ def _v2(d: Dialect) -> list[str]:
     ]
 
 
+def unfinished(d: Dialect) -> str:
+    """The condition "``status`` is not final", spelt with literals: the predicate of the
+    unique index, repeated verbatim by the queries that should walk that index (SQLite uses a
+    partial index only for a query whose WHERE contains the index's terms; PostgreSQL proves
+    the implication only from constants)."""
+    return f"status NOT IN ({', '.join(d.literal(v) for v in FINAL_STATUSES)})"
+
+
+def held_unique(d: Dialect) -> str:
+    """The terms of the ``tasks_unique`` predicate, for the queries that look a holder up."""
+    return f"unique_id IS NOT NULL AND {unfinished(d)}"
+
+
+def _v3(d: Dialect) -> list[str]:
+    """Task policies: the five policy columns (NULL for the rows already there: no policy),
+    ``expires_at`` (NULL for them too: none has a retention), the expiry index, and the unique
+    index that lets at most one unfinished task hold a ``unique_id``; a task moving to a final
+    status leaves the index (and so lets its id go) by the very write that moves it."""
+    t, n, r = d.text, d.bigint, d.real
+    columns = [("retry_policy", t), ("timeout_s", r), ("deadline", n), ("retention_s", r),
+               ("unique_id", t), ("expires_at", n)]  # fmt: skip
+    return [
+        *(f"ALTER TABLE tasks ADD COLUMN {name} {kind}" for name, kind in columns),
+        "CREATE INDEX IF NOT EXISTS tasks_expiry ON tasks (expires_at, task_id)"
+        " WHERE expires_at IS NOT NULL",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS tasks_unique ON tasks (unique_id)"
+        f" WHERE {held_unique(d)}",
+    ]
+
+
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2}
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2, 3: _v3}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 

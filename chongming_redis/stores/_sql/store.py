@@ -1,5 +1,6 @@
 """``SqlTaskStore``: every ``TaskStore`` method, the runtime extensions and the change feed over
-the shared SQL of the ``_sql`` modules, for any SQL database. A concrete store
+the shared SQL of the ``_sql`` modules, for any SQL database (the task policies' methods are
+``SqlPolicies``, ``_sql/policies.py``). A concrete store
 (``SqliteTaskStore``, ``PostgresTaskStore``) provides only the connection side:
 
 * ``_transaction(write=...)`` — a context manager yielding a ``Tx``: committed when the block
@@ -37,6 +38,7 @@ from chongming_redis.stores._feed import check_page_limit, parse_cursor
 from chongming_redis.stores._sql import commands, pool, tasks
 from chongming_redis.stores._sql import feed as feeds
 from chongming_redis.stores._sql.feed import FeedPositions
+from chongming_redis.stores._sql.policies import SqlPolicies
 from chongming_redis.stores._sql.query import select_tasks
 from chongming_redis.stores._sql.rows import (
     HISTORY_SELECT,
@@ -57,7 +59,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class SqlTaskStore:
+class SqlTaskStore(SqlPolicies):
     #: Tasks one ``prune`` transaction drops at most (a long prune never holds the write lock
     #: for long; each batch re-reads which tasks are beyond ``keep_terminal``).
     prune_batch = 500

@@ -1,6 +1,7 @@
 """Task writes in SQL, for every SQL store: create, the compare-and-set save, batched commits
-and starts, touch, append and prune. Each function runs inside one write transaction (a
-``Tx``) the store opened, and never commits it: the caller commits after ``feed.flush()``.
+and starts, touch, append, prune and the removal of tasks (shared with ``expire_finished``).
+Each function runs inside one write transaction (a ``Tx``) the store opened, and never commits
+it: the caller commits after ``feed.flush()``.
 
 * ``save`` is one ``UPDATE ... WHERE task_id = ? AND status_version = ?``: the check and the
   write are one statement, and the row count says which happened. It writes ``SAVE_COLUMNS``:
@@ -8,28 +9,43 @@ and starts, touch, append and prune. Each function runs inside one write transac
 * A refused write changes nothing and issues no feed position (``FeedPositions.next`` only
   proposes one).
 * ``append`` is ``INSERT ... ON CONFLICT DO NOTHING``: the first entry of a version wins.
+* Every statement that writes a task row writes its ``expires_at`` (``rows.expires_at``) and,
+  through the ``tasks_unique`` index, its hold on its unique id: a write that would give a
+  unique id a second unfinished holder writes nothing and returns ``UniqueTaken``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stores._sql import unique as uniques
 from chongming_redis.stores._sql.feed import FeedPositions
 from chongming_redis.stores._sql.rows import (
     HISTORY_SELECT,
     SAVE_COLUMNS,
     TASK_SELECT,
+    claimed_unique,
+    deadline_of,
     decode_task,
+    expires_at,
     integer,
     quoted,
     task_row,
     text,
     values_of,
 )
-from chongming_redis.stores._sql.schema import Tx, ready_ms
+from chongming_redis.stores._sql.schema import (
+    FINAL_STATUSES,
+    MAX_IN_LIST,
+    Dialect,
+    Tx,
+    held_unique,
+    ready_ms,
+)
 from chongming_redis.stores.codec import (
     SNAPSHOT_COLUMNS,
     TRANSITION_COLUMNS,
@@ -39,17 +55,31 @@ from chongming_redis.stores.codec import (
     transition_to_row,
 )
 
-TERMINAL = tuple(s.value for s in TaskStatus if s.is_terminal)
-
+# No conflict target: an existing task_id and a unique id another unfinished task holds
+# (tasks_unique) both skip the row, and the caller tells which it was.
 _INSERT_TASK = (
-    f"INSERT INTO tasks ({quoted(SNAPSHOT_COLUMNS)}, feed_position)"
-    f" VALUES ({', '.join('?' * (len(SNAPSHOT_COLUMNS) + 1))}) ON CONFLICT (task_id) DO NOTHING"
+    f"INSERT INTO tasks ({quoted(SNAPSHOT_COLUMNS)}, expires_at, feed_position)"
+    f" VALUES ({', '.join('?' * (len(SNAPSHOT_COLUMNS) + 2))}) ON CONFLICT DO NOTHING"
 )
 _SAVE_ASSIGNMENTS = ", ".join(f"{c} = ?" for c in quoted(SAVE_COLUMNS).split(", "))
 _SAVE_TASK = (
-    f"UPDATE tasks SET {_SAVE_ASSIGNMENTS}, feed_position = ?"
+    f"UPDATE tasks SET {_SAVE_ASSIGNMENTS}, expires_at = ?, feed_position = ?"
     " WHERE task_id = ? AND status_version = ?"
 )
+
+
+@lru_cache(maxsize=4)
+def _save_claiming(d: Dialect) -> str:
+    """The save of a row that will hold a unique id: the compare-and-set, and no other
+    unfinished task holding that id, in one statement (PostgreSQL has no ``UPDATE OR IGNORE``:
+    the unique index would abort the whole transaction, every other item of a commit with it).
+    The subquery's bare columns are those of ``other``, the innermost table."""
+    return (
+        f"{_SAVE_TASK} AND NOT EXISTS (SELECT 1 FROM tasks AS other WHERE other.unique_id = ?"
+        f" AND {held_unique(d)} AND other.task_id <> ?)"
+    )
+
+
 _APPEND = (
     f"INSERT INTO history ({HISTORY_SELECT}) VALUES ({', '.join('?' * len(TRANSITION_COLUMNS))})"
     " ON CONFLICT (task_id, version) DO NOTHING"
@@ -63,25 +93,45 @@ def _set_tags(tx: Tx, task_id: str, tags_json: str, *, replace: bool) -> None:
         tx.run("INSERT INTO task_tags (tag, task_id) VALUES (?, ?)", [tag, task_id])
 
 
-def insert(tx: Tx, feed: FeedPositions, row: Row) -> TaskAlreadyExists | None:
-    """``create``: the whole row, lease included; an existing id is refused, nothing written."""
+def insert(tx: Tx, feed: FeedPositions, row: Row, held_by: str | None = None) -> StoreError | None:
+    """``create``: the whole row, lease included. An existing id is ``TaskAlreadyExists``, a
+    unique id another unfinished task holds ``UniqueTaken`` (``held_by``: the holder a commit
+    found before the call, so the row is refused without trying); nothing written for either."""
     task_id = str(row["task_id"])
-    if not tx.run(_INSERT_TASK, [*values_of(row, SNAPSHOT_COLUMNS), feed.next()]):
+    if held_by is None or held_by == task_id:
+        params = [*values_of(row, SNAPSHOT_COLUMNS), expires_at(row), feed.next()]
+        if tx.run(_INSERT_TASK, params):
+            feed.used()
+            _set_tags(tx, task_id, str(row["tags"]), replace=False)
+            return None
+    if stored_version(tx, task_id) is not None:  # the id first, as every store judges it
         return TaskAlreadyExists(task_id)
-    feed.used()
-    _set_tags(tx, task_id, str(row["tags"]), replace=False)
-    return None
+    unique = claimed_unique(row)
+    if unique is None:  # no unique id either: a feed position taken, which the head forbids
+        raise StoreError(f"tasks/{task_id}: the new row was refused by no constraint it names")
+    return uniques.taken(tx, unique, held_by)
 
 
-def save(tx: Tx, feed: FeedPositions, row: Row, expect: int) -> ConcurrencyConflict | None:
-    """The compare-and-set: every column but the lease, if the stored version is ``expect``."""
-    task_id = str(row["task_id"])
-    params = [*values_of(row, SAVE_COLUMNS), feed.next(), task_id, expect]
-    if not tx.run(_SAVE_TASK, params):
-        return ConcurrencyConflict(task_id, expect, stored_version(tx, task_id))
-    feed.used()
-    _set_tags(tx, task_id, str(row["tags"]), replace=True)
-    return None
+def save(
+    tx: Tx, feed: FeedPositions, row: Row, expect: int, held_by: str | None = None
+) -> StoreError | None:
+    """The compare-and-set: every column but the lease, if the stored version is ``expect``
+    and the unique id the row will hold (if any) no other unfinished task holds (``held_by``:
+    the holder a commit found before the call); else nothing is written."""
+    task_id, unique = str(row["task_id"]), claimed_unique(row)
+    if held_by is None or held_by == task_id:
+        params = [*values_of(row, SAVE_COLUMNS), expires_at(row), feed.next(), task_id, expect]
+        sql = _SAVE_TASK
+        if unique is not None:
+            sql, params = _save_claiming(tx.dialect), [*params, unique, task_id]
+        if tx.run(sql, params):
+            feed.used()
+            _set_tags(tx, task_id, str(row["tags"]), replace=True)
+            return None
+    actual = stored_version(tx, task_id)
+    if actual != expect or unique is None:  # the version first, as every store judges it
+        return ConcurrencyConflict(task_id, expect, actual)
+    return uniques.taken(tx, unique, held_by)
 
 
 def stored_version(tx: Tx, task_id: str) -> int | None:
@@ -98,15 +148,38 @@ def commit(
     tx: Tx, feed: FeedPositions, items: Sequence[tuple[Row, int | None, list[Row]]]
 ) -> list[StoreError | None]:
     """``commit_tasks``: each item created (``expect`` ``None``) or saved, with its history
-    when written; a refused item writes nothing. Items name distinct tasks, so each one is
-    judged against the state before the call."""
+    when written; a refused item writes nothing. Each item's version is judged against the
+    state before the call (items name distinct tasks); unique ids in item order, as on every
+    store: the holders of the ids the items would hold are read once, then follow each
+    written item (one that finishes a holder frees its id for the items after it; one that
+    takes an id holds it for them)."""
+    feed.lock()  # the head before the holders are read (FeedPositions.lock)
+    wanted = [u for row, _, _ in items if (u := claimed_unique(row)) is not None]
+    before = uniques.holders(tx, wanted) if wanted else {}
     results: list[StoreError | None] = []
     for row, expect, entries in items:
-        error = insert(tx, feed, row) if expect is None else save(tx, feed, row, expect)
+        unique = claimed_unique(row)
+        held_by = None if unique is None else before.get(unique)
+        if expect is None:
+            error = insert(tx, feed, row, held_by)
+        else:
+            error = save(tx, feed, row, expect, held_by)
         if error is None:
             append(tx, entries)
+            _follow(before, row)
         results.append(error)
     return results
+
+
+def _follow(holders: dict[str, str], row: Row) -> None:
+    """``holders`` after ``row`` was written: the id it claims is its own, and an id it held
+    is free once it is final."""
+    task_id, claimed = str(row["task_id"]), claimed_unique(row)
+    if claimed is not None:
+        holders[claimed] = task_id
+    own = row.get("unique_id")
+    if claimed is None and own is not None and holders.get(str(own)) == task_id:
+        del holders[str(own)]
 
 
 def start(
@@ -142,15 +215,20 @@ def start(
         row = task_row(values)
         task_id = text(row["task_id"])
         version = integer(row["status_version"], "tasks/" + task_id, "status_version") + 1
+        deadline = deadline_of(row, moment)  # this attempt's, when the task has a timeout
         position = feed.next()
+        # RUNNING is unfinished: no expiry, and the unique id (if any) stays held.
         tx.run(
             "UPDATE tasks SET status = ?, status_version = ?, updated_at = ?, heartbeat_at = ?,"
-            " lease_owner = ?, lease_until = ?, feed_position = ? WHERE task_id = ?",
-            [TaskStatus.RUNNING.value, version, moment, moment, owner, until, position, task_id],
-        )
+            " lease_owner = ?, lease_until = ?, deadline = ?, expires_at = NULL,"
+            " feed_position = ? WHERE task_id = ?",
+            [TaskStatus.RUNNING.value, version, moment, moment, owner, until, deadline,
+             position, task_id],
+        )  # fmt: skip
         feed.used()
         row.update(status=TaskStatus.RUNNING.value, status_version=version, updated_at=moment,
-                   heartbeat_at=moment, lease_owner=owner, lease_until=until)  # fmt: skip
+                   heartbeat_at=moment, lease_owner=owner, lease_until=until,
+                   deadline=deadline)  # fmt: skip
         snapshot = decode_task(list(row.values()))
         reason = f"started by {owner} (attempt {snapshot.attempt})"
         entry = Transition(task_id, version, TaskStatus.PENDING, TaskStatus.RUNNING, now, reason)
@@ -179,7 +257,7 @@ def prune_batch(
     more)``: ``more`` when terminal tasks beyond ``keep`` remain."""
     feed.lock()  # the head before any task row (FeedPositions.lock)
     d = tx.dialect
-    in_terminal, params = d.member_of("status", list(TERMINAL))
+    in_terminal, params = d.member_of("status", list(FINAL_STATUSES))
     ((count,),) = tx.rows(f"SELECT COUNT(*) FROM tasks WHERE {in_terminal}", params)
     excess = int(count) - keep
     if excess <= 0:
@@ -189,10 +267,26 @@ def prune_batch(
         f" ORDER BY created_at, task_id LIMIT ?{d.for_update}",
         [*params, min(excess, batch)],
     )
-    for task_id, name, bucket in doomed:
-        key = "tasks/" + text(task_id)
-        feed.tombstone(text(task_id), text(name), integer(bucket, key, "bucket"), removed_at)
-        for table in ("tasks", "history", "task_tags"):
-            tx.run(f"DELETE FROM {table} WHERE task_id = ?", [task_id])
-        tx.run("UPDATE commands SET listed = 0 WHERE task_id = ? AND listed = 1", [task_id])
+    remove(tx, feed, doomed, removed_at)
     return len(doomed), excess > len(doomed)
+
+
+def remove(
+    tx: Tx, feed: FeedPositions, doomed: Sequence[Sequence[object]], removed_at: datetime
+) -> list[str]:
+    """Remove the tasks of ``doomed`` (``(task_id, name, bucket)`` rows, locked by the caller
+    after ``feed.lock()``), in order: a tombstone each, at its own position, then their rows,
+    history and tags gone (their unique ids with them) and their commands unlisted, in
+    statements of at most ``MAX_IN_LIST`` ids. Returns the removed ids."""
+    ids = []
+    for task_id, name, bucket in doomed:
+        ids.append(text(task_id))
+        key = "tasks/" + ids[-1]
+        feed.tombstone(ids[-1], text(name), integer(bucket, key, "bucket"), removed_at)
+    raw = [task_id for task_id, _, _ in doomed]  # as the driver returned them: bound back as is
+    for start in range(0, len(raw), MAX_IN_LIST):
+        in_chunk, params = tx.dialect.member_of("task_id", raw[start : start + MAX_IN_LIST])
+        for table in ("tasks", "history", "task_tags"):
+            tx.run(f"DELETE FROM {table} WHERE {in_chunk}", params)
+        tx.run(f"UPDATE commands SET listed = 0 WHERE {in_chunk} AND listed = 1", params)
+    return ids

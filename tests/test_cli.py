@@ -296,3 +296,26 @@ def test_no_arguments_prints_the_help() -> None:
     result = cli()
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
     assert "Commands" in result.stdout + result.stderr
+
+
+def test_submit_unique_prints_the_holder_and_show_prints_the_policies(
+    url: str, namespace: str, store: RedisTaskStore
+) -> None:
+    common = (f"--redis={url}", f"--namespace={namespace}")
+    first = cli("submit", APP, "work", "--unique=invoice-42", *common)
+    task_id = ok(first).strip()
+    assert first.stderr == ""
+    again = cli("submit", APP, "work", "--unique=invoice-42", *common)
+    assert ok(again).strip() == task_id  # the unfinished holder, nothing written
+    assert "held by unfinished task" in again.stderr and task_id in again.stderr
+    assert len(store.query()) == 1 and store.get(task_id).unique == "invoice-42"
+    user_error(cli("submit", APP, "work", "--unique=x", "--count=2", *common), "--unique")
+    user_error(cli("submit", APP, "work", "--unique=" + "u" * 1100, *common), "unique")
+    assert len(store.query()) == 1  # the refused submits wrote nothing
+    shown = ok(cli("show", task_id, *common, wide=True))
+    for fragment in ("retry", "the worker's default", "retention", "604800s after it finished",
+                     "unique", "invoice-42"):  # fmt: skip
+        assert fragment in shown, fragment
+    doc = json.loads(ok(cli("show", task_id, "--json", *common)))
+    assert doc["task"]["policies"] == {"retry": None, "timeout": None, "deadline": None,
+                                       "retention": 604800.0, "unique": "invoice-42"}  # fmt: skip

@@ -257,3 +257,22 @@ def test_ids_a_path_mangles_have_a_working_link(
 def test_unknown_paths_are_a_404_page(web: TestClient) -> None:
     page = web.get("/nothing/here")
     assert page.status_code == 404 and "Nothing at /nothing/here" in page.text
+
+
+def test_a_task_page_shows_its_policies_its_retries_and_a_timeout(
+    web: TestClient, store: TaskStore
+) -> None:
+    from chongming_redis.model import Failure, TaskSnapshot
+    from chongming_redis.policy import RetryPolicy
+
+    policy = RetryPolicy(max_attempts=4, retry_on=(KeyError,))
+    store.create(TaskSnapshot("timed", "job", TaskStatus.FAILED, 1, BASE, BASE, attempt=3,
+                              retry=policy, timeout=30.0, retention=120.0, unique="inv-7",
+                              failure=Failure("TaskTimeout", "ran past its timeout")))  # fmt: skip
+    store.create(TaskSnapshot("plain", "job", TaskStatus.PENDING, 1, BASE, BASE))
+    timed = unescape(web.get("/tasks/timed").text)
+    assert "4 attempts" in timed and "retry on KeyError" in timed and "retried 2 times" in timed
+    assert "30.0s per attempt" in timed and "timed out" in timed
+    assert "120.0s after it finished" in timed and "inv-7" in timed
+    plain = unescape(web.get("/tasks/plain").text)
+    assert "the worker's default" in plain and "retried" not in plain and "timed out" not in plain

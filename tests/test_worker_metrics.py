@@ -324,3 +324,40 @@ def test_the_pool_reports_its_buckets_its_failures_and_the_reconnect() -> None:
         pool.stop()
     assert {op for (op,) in events.of("store_error")} == {"pool"}
     assert events.of("buckets") == [(8,), (0,)]
+
+
+def test_retries_and_timeouts_are_counted_by_task_type_and_cause(
+    controllers: list[Controller],
+) -> None:
+    from chongming_redis.policy import RetryPolicy
+
+    policies = App("policies")
+    quick = RetryPolicy(max_attempts=2, base_delay=0.01, jitter=0.0)
+
+    @policies.task("flaky", retry=quick)
+    def flaky(ctx: TaskContext, params: Any) -> None:
+        if ctx.attempt == 1:
+            raise ValueError("first attempt")
+
+    @policies.task("slow", retry=quick, timeout=0.2)
+    def slow(ctx: TaskContext, params: Any) -> None:
+        while True:
+            ctx.checkpoint()
+            time.sleep(0.01)
+
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry, tasks=policies.types)
+    store = InMemoryTaskStore()
+    controller = Controller(store, app=policies, events=metrics, **FAST)
+    controllers.append(controller)
+    controller.start()
+    ids = [controller.submit("flaky"), controller.submit("slow")]
+    deadline = time.monotonic() + 15
+    while not all(store.get(i).status.is_terminal for i in ids):  # type: ignore[union-attr]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    found = samples(registry)
+    assert value(found, "chongming_worker_task_retries_total", task="flaky", cause="failed") == 1
+    assert value(found, "chongming_worker_task_retries_total", task="slow", cause="timeout") == 1
+    assert value(found, "chongming_worker_task_timeouts_total", task="slow") == 2  # both tries
+    assert ("chongming_worker_task_timeouts_total", frozenset({("task", "flaky")})) not in found

@@ -27,19 +27,25 @@ Replies
   item 'CONFLICT'   actual = the stored version ('' if the task does not exist); nothing
                     written for the item
   item 'EXISTS'     a create whose id is taken; nothing written for the item
+  item 'UNIQUE'     actual = the id of the unfinished task holding the item's unique id: a
+                    create, or a move from a final status back to an unfinished one, that
+                    would give the id a second holder, judged after the items before it (an
+                    earlier item may take the id, or let it go); nothing written for the item
 
 Publishes '1' on the channel {ns}:nudge:work when the call created a task (idle workers wake;
 best effort: an ACL that denies the channel leaves the writes as they are).
 Every key the writes touch (task, history, index, counter and feed keys) is checked in the read
 pass, so a key another client broke is CORRUPT with nothing written, never a half-done call.
-Invariants: a task appears at most once per call (each item is judged against the state
-before the call); as save and append; each written item moves to the next change-feed position
-(lib/feed), in item order; all validation happens before the first write.
+Invariants: a task appears at most once per call (each item's version is judged against the
+state before the call, its unique id after the items before it, in order); as save and append; each written item moves to the next change-feed position
+(lib/feed), in item order; the unique records and the expiry entries (lib/policies) follow
+each written item, as in create and save; all validation happens before the first write.
 Bound: at most 100 items per call (the caller batches), each O(tags + entries) commands.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
 --- @include "lib/feed"
+--- @include "lib/policies"
 --- @include "lib/task_args"
 
 local root = KEYS[1]
@@ -76,9 +82,10 @@ for i = 1, tonumber(count) do
       item.code = rcall('HGET', key, 'w') == args.token and 'APPLIED' or 'EXISTS'
     end
   else
-    -- One HMGET reads and type-checks the version, the token, the feed position and the
-    -- index view.
-    local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr')
+    -- One HMGET reads and type-checks the version, the token, the feed position, the index
+    -- view and the policy view.
+    local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr',
+                             'u', 'rn', 'uq')
     if not f then return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
     if not f[1] and rcall('EXISTS', key) == 0 then
       item.code = 'CONFLICT'
@@ -93,8 +100,16 @@ for i = 1, tonumber(count) do
     else
       local old, bad = index_view_of(key, f, 4)
       if not old then return bad end
-      item.old, item.position = old, f[3]
+      local was, field, detail = policy_view(old.s, f[12], f[13], f[14])
+      if not was then return corrupt(key, field, detail) end
+      item.old, item.was, item.position = old, was, f[3]
     end
+  end
+  -- Its unique record, judged after the items before it (lib/policies plans them in order).
+  if item.code == 'OK' then
+    local holder, bad = unique_plan(root, args.id, item.was, args.policy)
+    if bad then return bad end
+    if holder then item.code, item.actual = 'UNIQUE', holder end
   end
   -- Which entries the history lacks (one ZCOUNT each, which also type-checks the key).
   -- The first entry of a version wins, as if they were added one by one.
@@ -109,6 +124,7 @@ for i = 1, tonumber(count) do
   end
   item.history = history
   -- Plan its index, counter and feed changes (written after every check, in pass 2).
+  if item.code == 'OK' then expiry_move(root, args.id, item.was, args.policy) end
   if item.code == 'OK' and item.create then
     index_add(root, args.id, args.view)
     item.new_position = feed_next(root, nil, args.id)
@@ -147,6 +163,7 @@ for _, item in ipairs(items) do
   reply[#reply + 1] = item.actual
 end
 index_flush()
+unique_flush()
 feed_flush(root)
 -- New tasks wake idle workers in the same round trip (the runtime's work nudge). pcall: a user
 -- not granted the channel (ACL) still creates; its workers find the task at their next poll.

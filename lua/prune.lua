@@ -1,11 +1,12 @@
 #!lua
---[[ prune: drop the oldest terminal tasks beyond the newest `keep`, with their history and
-their command lists ({ns}:tc:<id>; the command hashes themselves stay, readable by id).
+--[[ prune: drop the oldest terminal tasks beyond the newest `keep`, with their history, their
+command lists ({ns}:tc:<id>; the command hashes themselves stay, readable by id), their expiry
+entries and their unique records (lib/policies: a record still naming the task).
 
 KEYS[1]  {ns}:       the namespace root; every key is derived from it: {ns}:counts (the terminal
                      total, and the buckets of each terminal status), {ns}:nm:<st>:<b> (the
                      names), the composite index {ns}:ix:<st>:<b>:<name>, the task, history,
-                     command list and change-feed keys
+                     command list, change-feed, expiry and unique record keys
 KEYS[2]  {ns}:counts  the counters; declared beside the root (a key that never exists) so that
                       Redis Cluster refuses the call (TRYAGAIN) while the namespace's slot
                       migrates, never runs it on a half-moved slot (docs/redis-layout.md)
@@ -35,6 +36,7 @@ and at most `batch` tasks dropped (each O(tags) commands).
 --- @include "lib/common"
 --- @include "lib/indexes"
 --- @include "lib/feed"
+--- @include "lib/policies"
 
 local root = KEYS[1]
 if KEYS[2] ~= root .. 'counts' then return badarg('KEYS[2] is not {ns}:counts of KEYS[1]') end
@@ -120,7 +122,8 @@ while #doomed < take and #heap > 0 do
   local src = heap[1]
   local id = src.buf[src.at]
   local key = root .. 't:' .. id
-  local v, task_kind = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'fs')
+  local v, task_kind = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'fs',
+                                'uq')
   if not v then return corrupt(key, '', 'key holds a ' .. task_kind .. ', not a hash') end
   if not v[1] and key_type(key) == 'none' then
     -- a dangling index entry: drop it and what it counted, nothing else to remove
@@ -132,7 +135,7 @@ while #doomed < take and #heap > 0 do
     for _, f in ipairs({ 's', 'b', 'n' }) do
       if view[f] ~= src[f] then return corrupt(key, f, 'does not match its index ' .. src.key) end
     end
-    doomed[#doomed + 1] = { id = id, key = key, view = view, position = v[9] }
+    doomed[#doomed + 1] = { id = id, key = key, view = view, position = v[9], uq = v[10] or nil }
   end
   src.at = src.at + 2
   if src.at <= #src.buf then
@@ -156,6 +159,8 @@ for i = 1, #doomed do
   local d = doomed[i]
   if d.key then feed_tombstone(root, d.position, d.id, d.view, removed_at) end
   index_remove(root, d.id, d.view)
+  local bad = policy_remove(root, d.id, d.uq)
+  if bad then return bad end
 end
 local broken = index_check() or feed_check(root)
 if broken then return broken end
@@ -166,5 +171,6 @@ for i = 1, #doomed do
   if d.key then rcall('DEL', d.key, root .. 'h:' .. d.id, root .. 'tc:' .. d.id) end
 end
 index_flush()
+unique_flush()
 feed_flush(root)
 return { 'OK', #doomed, excess - #doomed }

@@ -11,6 +11,9 @@ Replies
                             a save that ran (its reply was lost), not a conflict
   {'CONFLICT', actual}      stored version differs ('' when the task does not exist);
                             nothing written
+  {'UNIQUE', holder}        the save moves a finished task back to an unfinished status (a
+                            retry by hand) and another unfinished task holds its unique id
+                            meanwhile; nothing written
   {'CORRUPT', key, field, detail}   the stored task does not decode; nothing written
   {'BADARG', detail}
 
@@ -18,12 +21,16 @@ Invariants: only equality with the expected version is checked (versions may jum
 moves the task to the next change-feed position (lib/feed), a retry that finds it applied does
 not; never
 writes or deletes lease_owner/lease_until ('lo'/'lu'); validates everything before the first
-write, because a script is not rolled back on error.
+write, because a script is not rolled back on error. The unique record and the expiry entry
+(lib/policies) follow the write: a final status lets the unique id go (if the record still
+names this task), a move back to an unfinished status takes it again, a final task with a
+retention is in {ns}:expiry at updated_at + retention.
 Bound: O(number of old + new tags) commands.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
 --- @include "lib/feed"
+--- @include "lib/policies"
 --- @include "lib/task_args"
 
 local task_key, root = KEYS[1], KEYS[2]
@@ -36,7 +43,7 @@ local kind = key_type(task_key)
 if kind == 'none' then return { 'CONFLICT', '' } end
 if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
 
-local stored = rcall('HMGET', task_key, 'v', 'w', 'fs')
+local stored = rcall('HMGET', task_key, 'v', 'w', 'fs', 'u', 'rn', 'uq')
 if not is_uint(stored[1]) then
   return corrupt(task_key, 'v', 'status_version is missing or not a canonical integer')
 end
@@ -46,7 +53,15 @@ if stored[1] ~= args.expect then
 end
 local old, bad = read_index_view(task_key)
 if not old then return bad end
--- Plan the index, counter and feed changes and check every key they touch.
+local was, field, detail = policy_view(old.s, stored[4], stored[5], stored[6])
+if not was then return corrupt(task_key, field, detail) end
+-- Plan the unique record, index, counter, expiry and feed changes and check every key they
+-- touch.
+local holder
+holder, bad = unique_plan(root, args.id, was, args.policy)
+if bad then return bad end
+if holder then return { 'UNIQUE', holder } end
+expiry_move(root, args.id, was, args.policy)
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end
@@ -58,5 +73,6 @@ if bad then return bad end
 if #args.dels > 0 then rcall('HDEL', task_key, unpack(args.dels)) end
 rcall('HSET', task_key, 'w', args.token, 'fs', position, unpack(ARGV, args.from, args.to))
 index_flush()
+unique_flush()
 feed_flush(root)
 return { 'OK' }

@@ -4,8 +4,9 @@
 For each due task (not_before passed by the server's clock and by `now`), in start order (higher priority first, then the one due earliest, then by
 id; lib/indexes keeps the queues), whose not_before has passed: the compare-and-set
 PENDING -> RUNNING (version + 1), the lease (owner, until) and heartbeat, the index move, and
-the history entry "started by <owner> (attempt N)". Atomic as a whole, so a task is started by
-exactly one caller; the batch replaces one query, one save, one append and one touch per task.
+the history entry "started by <owner> (attempt N)", and for a task with a timeout ('to') its
+deadline 'dl' = now + timeout (lib/policies; kept as it is otherwise). Atomic as a whole, so a
+task is started by exactly one caller; the batch replaces one query, one save, one append and one touch per task.
 
 KEYS[1]  {ns}:          the namespace root; index, task and history keys are derived from it
 KEYS[2]  {ns}:sr:<tok>  memo of the ids this call started (a list with a TTL)
@@ -35,6 +36,7 @@ of the 2 * limit), `limit` started. Tasks not yet due cost nothing: they wait in
 --- @include "lib/common"
 --- @include "lib/indexes"
 --- @include "lib/feed"
+--- @include "lib/policies"
 --- @include "lib/msgpack_entry"
 
 local root, memo = KEYS[1], KEYS[2]
@@ -202,7 +204,8 @@ local chosen, stale = {}, {}
 -- Candidate c: chosen, passed over (not due by `now`), or stale; a CORRUPT reply, else nil.
 local function consider(c)
   local key = root .. 't:' .. c.id
-  local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'v', 'at', 'fs')
+  local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'v', 'at', 'fs',
+                     'to')
   if not f then return corrupt(key, '', 'indexed task is not a hash') end
   local view, bad
   if f[1] or rcall('EXISTS', key) == 1 then view, bad = index_view_of(key, f) end
@@ -216,6 +219,8 @@ local function consider(c)
   end
   if not is_uint(f[9]) then return corrupt(key, 'v', 'status_version malformed') end
   if f[10] and not is_uint(f[10]) then return corrupt(key, 'at', 'attempt malformed') end
+  local timeout = f[12] and seconds_of(f[12])
+  if f[12] and not timeout then return corrupt(key, 'to', 'timeout malformed') end
   local version = tonumber(f[9]) + 1
   local history = root .. 'h:' .. c.id
   local logged = try_read('ZCOUNT', history, version, version)
@@ -223,7 +228,7 @@ local function consider(c)
   if not view.nb or tonumber(view.nb) <= now_us then
     chosen[#chosen + 1] = { id = c.id, key = key, view = view, version = version,
                             attempt = f[10] or '1', position = f[11], history = history,
-                            logged = logged > 0 }
+                            logged = logged > 0, timeout = timeout }
   end
   return nil
 end
@@ -255,8 +260,13 @@ if broken then return broken end
 -- Pass 2: writes. Counters and feed chunks are written once for the batch (the flushes).
 local reply, started = { 'OK' }, {}
 for _, c in ipairs(chosen) do
-  rcall('HSET', c.key, 's', 'running', 'v', string.format('%d', c.version), 'u', now, 'hb', now,
-    'fs', c.new_position, 'lo', owner, 'lu', lease_until, 'w', token)
+  local fields = { 's', 'running', 'v', string.format('%d', c.version), 'u', now, 'hb', now,
+                  'fs', c.new_position, 'lo', owner, 'lu', lease_until, 'w', token }
+  if c.timeout then -- this attempt's deadline
+    fields[#fields + 1] = 'dl'
+    fields[#fields + 1] = after_seconds(now, c.timeout)
+  end
+  rcall('HSET', c.key, unpack(fields))
   if not c.logged then
     local reason = 'started by ' .. owner .. ' (attempt ' .. c.attempt .. ')'
     rcall('ZADD', c.history, c.version,

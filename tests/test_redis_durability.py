@@ -123,6 +123,7 @@ def test_every_write_waits_once_for_the_replica_and_reads_never_wait(
             task("a", 9).evolve(status=TaskStatus.SUCCEEDED), expect_version=3
         ),  # version 3: started by start_tasks
         "prune": lambda: store.prune(keep_terminal=0),
+        "expire_finished": lambda: store.expire_finished(now=now),
     }
     for name, write in writes.items():
         assert calls.waits(write) == (1, 1), name

@@ -53,6 +53,10 @@ FIELD_COLUMNS = {
     "Failure.message": "failure_message",
     "Failure.traceback": "failure_traceback",
     "tag": "tags",
+    "retry": "retry_policy",
+    "timeout": "timeout_s",
+    "retention": "retention_s",
+    "unique": "unique_id",
 }
 
 

@@ -280,7 +280,8 @@ class TaskPoliciesStore(Protocol):
       reconcile's ``LOST``) and by ``prune``/``expire_finished`` removing it; a write that
       moves a finished task back to an unfinished status (a retry by hand) takes it again,
       or is refused with ``UniqueTaken`` if another unfinished task holds it meanwhile. No
-      reaper, no lock that outlives its task;
+      reaper, no lock that outlives its task. A task's unique id is fixed at its create: a
+      save that changes it is not defined (the runtime never writes one);
     * **deadline**: ``start_tasks`` sets ``deadline = now + timeout`` on each task it starts
       whose ``timeout`` is set (and keeps it otherwise);
     * **retention**: a task whose status is final and whose ``retention`` is set expires at

@@ -120,7 +120,8 @@ class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
         self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
     ) -> list[StoreError | None]:
         """``BatchingStore.commit_tasks``: per item ``None``, or the ``ConcurrencyConflict``
-        / ``TaskAlreadyExists`` it met (that item wrote nothing)."""
+        / ``TaskAlreadyExists`` / ``UniqueTaken`` it met (that item wrote nothing; the unique
+        records and expiries follow the script's writes as on ``RedisTaskStore``)."""
         return await self._perform(ops.commit_tasks(self.keys, items))
 
     async def submit_command(self, command: Command) -> None:

@@ -10,14 +10,17 @@
 --
 --- @include "lib/common"
 --- @include "lib/task_view"
+--- @include "lib/policies"
 
 local LEASE_FIELDS = { lo = true, lu = true }
--- The fields the script itself needs to see (the index view and the version); the others go
--- to HSET straight from ARGV (unpack(ARGV, args.from, args.to)), never copied.
+-- The fields the script itself needs to see (the index view, the version and the policy
+-- view, lib/policies); the others go to HSET straight from ARGV (unpack(ARGV, args.from,
+-- args.to)), never copied.
 local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, v = true,
-                    nb = true, pr = true }
+                    nb = true, pr = true, u = true, rn = true, uq = true, to = true }
 
--- Returns (args = { id, token, expect, dels, from, to, view, version }, nil, next position)
+-- Returns (args = { id, token, expect, dels, from, to, view, version, policy }, nil, next
+-- position)
 -- or (nil, badarg reply). The pairs to write are ARGV[from .. to]. Only create passes
 -- allow_lease: a new task is written whole, lease included; save never writes or deletes the
 -- lease columns.
@@ -67,6 +70,12 @@ local function read_task_args(allow_lease, pos, counted)
   if not is_priority(view.pr) then return nil, badarg('priority malformed') end
   view.tags = decode_tags(view.g)
   if not view.tags then return nil, badarg('tags are not a JSON array of strings') end
+  if map.to and not seconds_of(map.to) then return nil, badarg('timeout malformed') end
+  -- The whole task is written (a save deletes the fields that became None), so the policy
+  -- view of the arguments is the task's once written.
+  local policy = policy_view(view.s, map.u, map.rn, map.uq)
+  if not policy then return nil, badarg('retention or updated_at malformed') end
   args.dels, args.from, args.to, args.view, args.version = dels, from, to, view, map.v
+  args.policy = policy
   return args, nil, to + 1
 end

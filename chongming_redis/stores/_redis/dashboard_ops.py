@@ -1,7 +1,8 @@
 """The Redis reads beyond the ``TaskStore`` protocol, without I/O: what a dashboard reads (the
 counters per bucket, the pool, the workers' last beats, the commands of a task, the command
-backlog) and the change feed. Plans of ``_redis.ops``'s kind (see its docstring), driven by
-``RedisTaskStore``; each one script call or one round trip.
+backlog, the holder of a unique id, the retention backlog) and the change feed. Plans of
+``_redis.ops``'s kind (see its docstring), driven by ``RedisTaskStore``; each one script call
+or one round trip.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from chongming_redis.stores._redis.keys import Keys
 from chongming_redis.stores._redis.ops import Plan, Read, Transaction, script
 from chongming_redis.stores._redis.replies import text
 from chongming_redis.stores._redis.rows import decode_command, decode_task, pairs
-from chongming_redis.stores.codec import decode_dt
+from chongming_redis.stores.codec import decode_dt, encode_dt
+from chongming_redis.validation import check_dt, check_identifier
 
 # -- the counters and the pool -----------------------------------------------------------------
 
@@ -93,6 +95,57 @@ def command_backlog(keys: Keys) -> Plan[CommandBacklog]:
     except ValueError as exc:
         raise CorruptRecord(queue, None, f"score: {exc}") from None
     return CommandBacklog(int(unclaimed), int(leased), first)
+
+
+# -- the task policies ------------------------------------------------------------------------
+
+_UNFINISHED = frozenset(s.value.encode() for s in TaskStatus if not s.is_terminal)
+#: Reads of a unique id's record while the task it names keeps letting it go to another.
+_HOLDER_READS = 3
+
+
+def unique_holder(keys: Keys, unique: str) -> Plan[str | None]:
+    """``GET {ns}:uq:<unique>``, then the task it names (``HMGET s uq``): the scripts keep the
+    record naming exactly the unfinished holder, the task's own fields confirm it (a record
+    another client left holds nothing, as the scripts judge it). When the named task no longer
+    holds it, the record is read again: the id may have passed to another task between the two
+    reads."""
+    check_identifier(unique, "unique")
+    record = keys.unique(unique)
+    named = yield Read(record, "get", (record,))
+    for _ in range(_HOLDER_READS):
+        if named is None:
+            return None
+        holder = text(named, record)
+        key = keys.task(holder)
+        status, held = yield Read(key, "hmget", (key, "s", "uq"))
+        if status in _UNFINISHED and held == unique.encode():
+            return holder
+        again = yield Read(record, "get", (record,))
+        if again == named:
+            return None
+        named = again
+    return None
+
+
+def expiry_backlog(keys: Keys, now: datetime) -> Plan[tuple[int, datetime | None]]:
+    """``ZCOUNT`` of ``{ns}:expiry`` up to ``now`` and its first entry after, in one
+    ``MULTI``/``EXEC``."""
+    cutoff = encode_dt(check_dt(now, "now"))
+    key = keys.expiry
+    # ZRANGEBYSCORE's redis-py arguments by position: start=0, num=1, withscores=True.
+    reads = (Read(key, "zcount", (key, "-inf", cutoff)),
+             Read(key, "zrangebyscore", (key, f"({cutoff}", "+inf", 0, 1, True)))  # fmt: skip
+    results = yield Transaction(key, reads)
+    for read, result in zip(reads, results):
+        if isinstance(result, Exception):  # WRONGTYPE: a corrupt record naming its key
+            with ops.errors(read.key):
+                raise result
+    due, kept = results
+    try:
+        return int(due), (decode_dt(int(kept[0][1])) if kept else None)
+    except ValueError as exc:
+        raise CorruptRecord(key, None, f"score: {exc}") from None
 
 
 # -- the change feed ---------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """``RedisExtensions``: what ``RedisTaskStore`` offers beyond the 14 protocol methods — the
 runtime's named extensions (``stores/extensions.py``: batched starts and commits, the server
 clock, per-bucket counts, the bucket pool, the nudge channel), what a dashboard reads (the
-commands of a task, the command backlog, the workers' last beats) and the change feed — each
-one script or one round trip. A base of ``RedisTaskStore`` (on ``_redis.driver.Driver``): each
+commands of a task, the command backlog, the workers' last beats), the task policies' duties
+(``TaskPoliciesStore``: retention, unique ids) and the change feed — each one script or one
+round trip. A base of ``RedisTaskStore`` (on ``_redis.driver.Driver``): each
 method drives a plan (``_redis.worker_ops``, ``_redis.dashboard_ops``, ``_redis.ops``) through
 ``RedisTaskStore._perform`` (``query_page`` lives beside ``query`` there)."""
 
@@ -77,7 +78,8 @@ class RedisExtensions(Driver[ClusterCalls]):
         append its transitions: one round trip per 100 items (``lua/commit_tasks.lua``). An
         expected version of ``None`` creates the task instead (with its lease, as ``create``).
         Returns, per item, ``None`` when written (or already written by a retried call), or
-        the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` it met; such an item writes nothing.
+        the ``ConcurrencyConflict`` / ``TaskAlreadyExists`` / ``UniqueTaken`` it met; such an
+        item writes nothing.
         Items must name distinct tasks (each is checked against the state before the call).
         The full contract: ``BatchingStore.commit_tasks`` (``stores/extensions.py``)."""
         return self._perform(ops.commit_tasks(self.keys, items))
@@ -140,6 +142,25 @@ class RedisExtensions(Driver[ClusterCalls]):
         """``CommandInspectingStore``: ``ZCARD cq``, ``ZCARD cl`` and the oldest entry of
         ``cq``, in one ``MULTI``/``EXEC`` (one round trip, one consistent moment)."""
         return self._perform(dashboard_ops.command_backlog(self.keys))
+
+    # -- the task policies (``TaskPoliciesStore``; ``lua/lib/policies.lua``) -----------------
+
+    def expire_finished(self, *, now: datetime, limit: int = 100) -> list[str]:
+        """Remove up to ``limit`` finished tasks whose retention ran out by ``now``, earliest
+        expiry first, as ``prune`` removes them (``lua/expire_finished.lua``, 100 a call, each
+        task checked against its own fields). Returns the removed ids."""
+        # The batch is read here, so that a test may change it.
+        plan = worker_ops.expire_finished(self.keys, now, limit, batch=worker_ops.EXPIRE_BATCH)
+        return self._perform(plan)
+
+    def unique_holder(self, unique: str) -> str | None:
+        """The unfinished task holding ``unique`` (``{ns}:uq:<unique>``), or ``None``."""
+        return self._perform(dashboard_ops.unique_holder(self.keys, unique))
+
+    def expiry_backlog(self, *, now: datetime) -> tuple[int, datetime | None]:
+        """``(tasks expired by now, not yet removed; the earliest expiry still kept)`` from
+        ``{ns}:expiry`` alone, in one round trip."""
+        return self._perform(dashboard_ops.expiry_backlog(self.keys, now))
 
     # -- clean-up (not TaskStore) ----------------------------------------------------------
 

@@ -22,6 +22,11 @@ key                   type    meaning
 ``{ns}:rh:<name>``    zset    bucket -> the best score of ``rq:<b>:<name>`` (``dh``: of dq)
 ``{ns}:tag:<tag>``    zset    tasks carrying ``tag`` (exact); score = created_at
 ``{ns}:p:<pid>``      zset    tasks of pipeline run ``pid``; score = created_at
+``{ns}:uq:<unique>``  string  the id of the unfinished task holding the unique id ``unique``
+                              (``lua/lib/policies.lua``), written and dropped by the script
+                              that moves the task
+``{ns}:expiry``       zset    finished tasks with a retention; score = updated_at + retention
+                              (µs), when ``expire_finished`` may remove them
 ``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
 ``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
@@ -94,6 +99,13 @@ TASK_FIELDS: dict[str, str] = {
     "attempt": "at",
     "not_before": "nb",
     "priority": "pr",
+    # The task policies (``chongming_redis.policy``): absent (``None``) on a task written
+    # before them. Seconds as Python's ``repr`` of a float, the deadline in µs.
+    "retry_policy": "rt",
+    "timeout_s": "to",
+    "deadline": "dl",
+    "retention_s": "rn",
+    "unique_id": "uq",
 }
 TASK_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in TASK_FIELDS.items()}
 
@@ -140,6 +152,7 @@ class Keys:
         self.audit = self.root + "audit"
         self.feed = self.root + "feed"
         self.feed_chunks = self.root + "fcs"
+        self.expiry = self.root + "expiry"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id
@@ -166,6 +179,10 @@ class Keys:
 
     def pipeline(self, pipeline_run_id: str) -> str:
         return self.root + "p:" + pipeline_run_id
+
+    def unique(self, unique: str) -> str:
+        """The record of a unique id: the task that holds it (``TaskPoliciesStore``)."""
+        return self.root + "uq:" + unique
 
     def feed_chunk(self, n: int) -> str:
         return f"{self.root}fc:{n}"

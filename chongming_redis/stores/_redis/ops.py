@@ -218,7 +218,8 @@ def commit_tasks(
     keys: Keys, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
 ) -> Plan[list[StoreError | None]]:
     """``commit_tasks`` script calls of ``COMMIT_BATCH`` items each; every item is checked
-    before the first. Per item ``None`` or the conflict it met (``BatchingStore``)."""
+    before the first. Per item ``None`` or the conflict it met (``BatchingStore``), or the
+    ``UniqueTaken`` it met (``TaskPoliciesStore``)."""
     checked = check.check_commit_items(items)
     results: list[StoreError | None] = []
     for start in range(0, len(checked), COMMIT_BATCH):
@@ -235,7 +236,8 @@ def commit_tasks(
                 args += [transition.version, encode_entry(transition)]
         reply = yield script("commit_tasks", [keys.root, keys.counts], args)
         for i, (snapshot, expect, _) in enumerate(batch):
-            item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0)
+            item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0,
+                                unique=snapshot.unique or "")  # fmt: skip
             results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
     return results
 

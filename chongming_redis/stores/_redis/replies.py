@@ -22,16 +22,19 @@ from chongming_redis.errors import (
     CorruptRecord,
     StoreError,
     TaskAlreadyExists,
+    UniqueTaken,
 )
 from chongming_redis.stores._feed import ahead
 
 
 @dataclass(frozen=True)
 class Call:
-    """What one script call was about: the names its exceptions report."""
+    """What one script call was about: the names its exceptions report (``unique``: the
+    unique id of the task written, which a ``UNIQUE`` refusal names)."""
 
     script: str
     task_id: str = ""
+    unique: str = ""
     command_id: str = ""
     expected: int = 0
     namespace: str = ""
@@ -101,6 +104,10 @@ def _task_exists(call: Call, rest: Sequence[Any]) -> StoreError:
     return TaskAlreadyExists(call.task_id)
 
 
+def _unique_taken(call: Call, rest: Sequence[Any]) -> StoreError:
+    return UniqueTaken(call.unique, text(rest[0]))
+
+
 def _command_exists(call: Call, rest: Sequence[Any]) -> StoreError:
     return CommandAlreadyExists(call.command_id)
 
@@ -125,18 +132,19 @@ def _ahead(call: Call, rest: Sequence[Any]) -> StoreError:
 CORRUPT = Code("a stored record does not decode; nothing written", _corrupt)
 BADARG = Code("the script refused its arguments (a bug of the caller); nothing written", _badarg)
 RETRIED = Code("this call's token is already there: a retry of a call that ran")
+UNIQUE = Code("another unfinished task holds the unique id (reply: its id)", _unique_taken)
 _SHARED = {"CORRUPT": CORRUPT, "BADARG": BADARG}
 
 REPLIES: Mapping[str, Replies] = {
     "create": Replies(
         {"OK": Code("created"), "EXISTS": Code("another task has the id", _task_exists),
-         **_SHARED},
+         "UNIQUE": UNIQUE, **_SHARED},
         details={"APPLIED": RETRIED},
     ),
     "save": Replies(
         {"OK": Code("written"),
          "CONFLICT": Code("the stored version is another (or the task is missing)", _conflict),
-         **_SHARED},
+         "UNIQUE": UNIQUE, **_SHARED},
         details={"APPLIED": RETRIED},
     ),
     "touch": Replies(
@@ -170,6 +178,7 @@ REPLIES: Mapping[str, Replies] = {
         details={"FINISHED": Code("the command is finished and stays so", applied=False)},
     ),
     "prune": Replies({"OK": Code("dropped, still to drop"), **_SHARED}),
+    "expire_finished": Replies({"OK": Code("the removed ids, earliest expiry first"), **_SHARED}),
     "query": Replies({"OK": Code("one page of matches"), **_SHARED}),
     "pool_tick": Replies(
         {"OK": Code("held buckets, live workers"),
@@ -185,6 +194,7 @@ REPLIES: Mapping[str, Replies] = {
             "APPLIED": RETRIED,
             "CONFLICT": Code("the stored version is another (or the task is missing)", _conflict),
             "EXISTS": Code("a create whose id is taken", _task_exists),
+            "UNIQUE": UNIQUE,
         },
     ),
     "changes": Replies(

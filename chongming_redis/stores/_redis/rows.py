@@ -7,12 +7,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import msgpack
 
 from chongming_redis.errors import CorruptRecord
 from chongming_redis.model import Command, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores._redis.keys import (
     COMMAND_COLUMNS_BY_FIELD,
     COMMAND_FIELDS,
@@ -21,6 +23,7 @@ from chongming_redis.stores._redis.keys import (
     Keys,
 )
 from chongming_redis.stores._redis.replies import text
+from chongming_redis.stores._scalars import CANONICAL_INT
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Primitive,
@@ -150,7 +153,7 @@ _STATUSES = {status.value.encode(): status for status in TaskStatus}
 #: that is not UTF-8 (which the strict decoder refuses), goes the strict way.
 _KNOWN_FIELDS = frozenset(
     f.encode() for f in ("n", "s", "v", "c", "u", "g", "b", "k", "p", "a", "r", "hb", "lo",
-                         "lu", "at", "nb", "pr", "w", "fs")
+                         "lu", "at", "nb", "pr", "w", "fs", "rt", "to", "dl", "rn", "uq")
 )  # fmt: skip
 
 
@@ -163,6 +166,22 @@ def _uint(value: bytes) -> int:
 
 def _when(value: bytes | None) -> datetime | None:
     return None if value is None else decode_dt(value)
+
+
+def _seconds(value: bytes | None) -> float | None:
+    """A timeout/retention as the strict reader takes it (``Reader.number``): a canonical
+    integer or a float's text; anything else raises (the strict decoder then names it)."""
+    if value is None:
+        return None
+    number = value.decode("ascii")
+    return float(int(number) if CANONICAL_INT.fullmatch(number) else float(number))
+
+
+@lru_cache(maxsize=256)
+def _retry_policy(value: bytes) -> RetryPolicy:
+    """A stored retry policy. Cached: the tasks of one type share theirs (frozen, so one
+    object may serve them all), and parsing the JSON would cost more than the rest."""
+    return RetryPolicy.from_json(value.decode())
 
 
 def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
@@ -195,6 +214,11 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
             attempt=_uint(f[b"at"]),
             not_before=_when(f.get(b"nb")),
             priority=0 if (priority := f.get(b"pr")) is None else int_value(priority),
+            retry=None if (retry := f.get(b"rt")) is None else _retry_policy(retry),
+            timeout=_seconds(f.get(b"to")),
+            deadline=_when(f.get(b"dl")),
+            retention=_seconds(f.get(b"rn")),
+            unique=None if (unique := f.get(b"uq")) is None else unique.decode(),
         )
     except Exception:  # KeyError, UnicodeDecodeError, ValueError, msgpack's own types, ...
         return None

@@ -83,6 +83,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "complete_command",
     "release_command",
     "prune",
+    "expire_finished",
     "query",
     "pool_tick",
     "start_tasks",

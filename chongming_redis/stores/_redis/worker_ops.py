@@ -36,6 +36,8 @@ from chongming_redis.validation import check_int
 
 #: Tasks ``prune`` drops per script call (each call stays well under a millisecond per task).
 PRUNE_BATCH = 100
+#: Tasks ``expire_finished`` removes per script call (as ``PRUNE_BATCH``, the same work a task).
+EXPIRE_BATCH = 100
 
 #: What a ``touch`` changes, in ``TaskStore.touch``'s order: progress, heartbeat_at,
 #: lease_owner, lease_until (``None``: left as it is).
@@ -59,14 +61,15 @@ def create(keys: Keys, snapshot: TaskSnapshot) -> Plan[None]:
     row = snapshot_to_row(check.check_snapshot(snapshot))
     args = task_args(row, "", with_lease=True)
     yield script("create", [keys.task(snapshot.task_id), keys.root], args,
-                 task_id=snapshot.task_id)  # fmt: skip
+                 task_id=snapshot.task_id, unique=snapshot.unique or "")  # fmt: skip
 
 
 def save(keys: Keys, snapshot: TaskSnapshot, expect_version: int) -> Plan[None]:
     row = snapshot_to_row(check.check_save(snapshot, expect_version))
     args = task_args(row, expect_version)
     yield script("save", [keys.task(snapshot.task_id), keys.root], args,
-                 task_id=snapshot.task_id, expected=expect_version)  # fmt: skip
+                 task_id=snapshot.task_id, expected=expect_version,
+                 unique=snapshot.unique or "")  # fmt: skip
 
 
 def append(keys: Keys, transition: Transition) -> Plan[None]:
@@ -110,6 +113,25 @@ def prune(keys: Keys, keep_terminal: int, batch: int = PRUNE_BATCH) -> Plan[int]
         dropped += done
         if still_to_drop <= 0 or done == 0:
             return dropped
+
+
+def expire_finished(
+    keys: Keys, now: datetime, limit: int, batch: int = EXPIRE_BATCH
+) -> Plan[list[str]]:
+    """``expire_finished`` script calls of at most ``batch`` tasks each, earliest expiry first,
+    until ``limit`` are removed or a call removes fewer than it was allowed (none left expired
+    by ``now``). Each call is atomic; together they are the earliest ``limit`` expiries. A call
+    redis-py sends again (its reply lost) removes the next expired ones: the ids the lost reply
+    named go unreported, the tasks are gone all the same (``prune`` counts the same way)."""
+    moment, size = check.check_expire(now, limit)
+    removed: list[str] = []
+    while len(removed) < size:
+        want = min(batch, size - len(removed))
+        reply = yield script("expire_finished", [keys.root, keys.expiry], [encode_dt(moment), want])
+        removed += [text(task_id) for task_id in reply[1:]]
+        if len(reply) - 1 < want:
+            break
+    return removed
 
 
 # -- control commands --------------------------------------------------------------------------

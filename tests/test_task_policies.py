@@ -431,3 +431,20 @@ def test_a_failure_record_of_a_timeout_is_an_ordinary_failure() -> None:
     failure = Failure("TaskTimeout", "ran past its timeout")
     assert RetryPolicy(retry_on=(TaskTimeout,)).retries_error_type(failure.error_type)
     assert not RetryPolicy(retry_on=(Flaky,)).retries_error_type(failure.error_type)
+
+
+def test_a_retry_by_hand_is_refused_while_another_task_holds_its_unique_id(store: Any) -> None:
+    from chongming_redis import UniqueTaken
+
+    with Client(store) as client:
+        first = client.submit("job", unique="nightly")
+        first.stop()
+        second = client.submit("job", unique="nightly")  # the id was free again
+        assert second.created and second.task_id != first.task_id
+        with pytest.raises(UniqueTaken) as refused:
+            client.retry(first.task_id)
+        assert refused.value.holder == second.task_id
+        assert store.get(first.task_id).status is TaskStatus.STOPPED  # nothing written
+        second.stop()
+        assert client.retry(first.task_id).task_id == first.task_id  # free: taken again
+        assert store.unique_holder("nightly") == first.task_id

@@ -253,6 +253,8 @@ class ClientFlows:
             if conflict is None:
                 yield Nudge(WORK)
                 return task_id
+            if isinstance(conflict, UniqueTaken):  # another unfinished task took its unique id
+                raise conflict
         raise RuntimeError(f"task {task_id!r} kept changing; not retried")
 
     def _control_flow(

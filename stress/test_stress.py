@@ -1,7 +1,8 @@
 """The stress harness (``chongming-redis stress``, ``python -m chongming_redis.stress``): a
 short clean run under every fault kind, a run against a given ``--redis`` (the faults that need
-a private server are skipped and reported), the negative control (an unsafe worker must be
-caught), and the checkers on hand-made histories.
+a private server are skipped and reported), the negative controls (unsafe workers must be
+caught: a double run, a start without compare-and-set, the task policies ignored), and the
+checkers on hand-made histories (the task policies' in ``test_policy_checks.py``).
 
 The runs are the bounded CI tier of the "exactly-once claims" stress test; the long run is
 ``chongming-redis stress --seconds 600`` (docs/reliability.md). The runs start from a temporary
@@ -89,8 +90,24 @@ def test_short_clean_run_fires_every_fault_and_finds_no_violation(
         "faults_fired",
         "seconds",
         "seed",
+        # the task policies (issue 25)
+        "attempts_exceeded",
+        "timeout_overrun",
+        "removed_early",
+        "unique_duplicates",
+        "unique_orphans",
+        "retries_by_cause",
+        "timeouts",
+        "expired",
+        "unique_submits",
+        "policy_bounds",
     ):
         assert key in report
+    # ... really in use: a policy retry, a timeout, an expiry, both kinds of unique answers
+    assert report["retries_by_cause"].get("failed (Flaky)", 0) >= 1, report["retries_by_cause"]
+    assert report["timeouts"] >= 1 and report["expired"] >= 1
+    assert report["unique_created"] >= 1 and report["unique_returned_holder"] >= 1
+    assert report["policy_bounds"]["timeout_slack"] == 5.0  # grace 2 + reconcile 1 + lease 2
     assert rc == 0
 
 
@@ -171,6 +188,22 @@ def test_unsafe_start_without_compare_and_set_is_caught(tmp_path: Path) -> None:
     assert report["unsafe"] == "skip-cas"
     assert report["duplicate_starts"] > 0, report["violation_examples"]
     assert report["double_claims"] > 0  # both starters began the attempt
+    assert report["violations"] > 0
+    assert rc != 0
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_unsafe_workers_ignoring_the_task_policies_are_caught(tmp_path: Path) -> None:
+    # the third negative control: workers that retry past the frozen policy, enforce no
+    # timeout and expire a minute early, and a driver that forgets each unique record
+    rc, report = _run_stress(
+        tmp_path, "--workers=2", "--tasks=60", "--seconds=10", "--seed=7",
+        unsafe="ignore-policies",
+    )  # fmt: skip
+    assert report["unsafe"] == "ignore-policies"
+    for kind in ("attempts_exceeded", "timeout_overrun", "removed_early", "unique_duplicates"):
+        assert report[kind] > 0, (kind, report["violation_examples"])
     assert report["violations"] > 0
     assert rc != 0
 

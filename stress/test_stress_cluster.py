@@ -39,8 +39,12 @@ def check_exactly_once(report: dict[str, Any]) -> None:
     assert report["violations"] == 0, report["violation_examples"]
     assert report["faults_missing"] == {}, report["fault_log"]
     assert report["ok"]
-    assert report["unfinished"] == 0 and report["failed"] == 0
-    assert report["succeeded"] + report["stopped"] + report["lost"] == report["submitted"]
+    assert report["unfinished"] == 0
+    # the only failures are the task policies' on purpose (docs/reliability.md): flaky tasks
+    # out of attempts, slow ones out of time
+    assert set(report["failure_types"]) <= {"Flaky", "TaskTimeout"}, report["failure_types"]
+    ended = report["succeeded"] + report["stopped"] + report["lost"] + report["failed"]
+    assert ended == report["tasks_created"]  # a unique submit may return its holder instead
     assert report["succeeded"] > report["submitted"] // 2  # the workers really ran them
 
 

@@ -123,7 +123,12 @@ def summary(report: dict[str, Any]) -> str:
         f"unfinished {report['unfinished']})  violations {report['violations']}  "
         f"faults {fired}/{scheduled} fired  {report['seconds']}s"
     )
-    bad = {k: report[k] for k in VIOLATION_KINDS if report[k]}
+    if "unique_submits" in report:  # the task policies really in use
+        retries = sum(report.get("retries_by_cause", {}).values())
+        line += (f"  policies: retries {retries}, timeouts {report['timeouts']}, expired "
+                 f"{report['expired']}, unique {report['unique_created']}/"
+                 f"{report['unique_submits']} created")  # fmt: skip
+    bad = {k: report[k] for k in VIOLATION_KINDS if report.get(k)}
     if bad:
         line += "  " + " ".join(f"{k}={n}" for k, n in bad.items())
     if report["submitted"] and not report["succeeded"]:

@@ -24,7 +24,15 @@ Negative controls (``CHONGMING_STRESS_UNSAFE``), which the checkers must report:
 * ``skip-cas``: the worker starts tasks with a blind write instead of the compare-and-set
   (``blind_start_tasks`` replaces ``RedisTaskStore.start_tasks`` in the worker process): it
   reads the ``PENDING`` tasks of every bucket, then overwrites each as ``RUNNING`` under its
-  own lease whatever version is stored by then, so two workers can both start one attempt.
+  own lease whatever version is stored by then, so two workers can both start one attempt;
+* ``ignore-policies``: the workers ignore the task policies (``ignore_policies``: more
+  attempts than allowed, no timeout enforced, retention cut a minute short) and the driver
+  deletes each unique record it creates (``harness``), so a unique id gets a second task.
+
+The task policies (issue 25) have their own types, a small share of the load
+(``producer.workload``): ``flaky`` (a ``RetryPolicy``; fails on purpose while ``attempt <
+fail_until``), ``slow`` (a ``timeout``, overrun silently or at checkpoints), ``brief`` (a
+retention of a few seconds); the unique submits use ``step``.
 """
 
 from __future__ import annotations
@@ -35,13 +43,15 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Literal
 
 import redis
 from pydantic import BaseModel, Field
 
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.policy import RetryPolicy, TaskTimeout
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.stores.redis import RedisTaskStore
@@ -126,19 +136,35 @@ def _retrying(call: Callable[[], object], seconds: float = 15.0) -> None:
 
 
 def _once(ctx: TaskContext, params: Step) -> dict[str, int]:
+    record = _began(ctx)
+    _steps(ctx, params)
+    _fenced_effect(ctx, record)
+    return {"attempt": ctx.attempt}
+
+
+def _began(ctx: TaskContext) -> str:
+    """Push this execution's "began" record (unfenced); returns it."""
     namespace = os.environ[NS_ENV]
     record = f"{ctx.task_id}|{ctx.attempt}|{os.getpid()}|{secrets.token_hex(6)}"
     client = _client()
     _record_clock(client, namespace)
     _retrying(lambda: client.rpush(runs_key(namespace), record))
+    return record
+
+
+def _steps(ctx: TaskContext, params: Step) -> None:
     for i in range(params.steps):
         ctx.checkpoint(current=i, total=params.steps)
         time.sleep(params.ms / 1000)
     ctx.checkpoint(current=params.steps, total=params.steps)
+
+
+def _fenced_effect(ctx: TaskContext, record: str) -> None:
+    namespace = os.environ[NS_ENV]
+    client = _client()
     task_key = "{" + namespace + "}:t:" + ctx.task_id
     args = (task_key, effects_key(namespace), str(ctx.attempt), ctx.owner, record)
     _retrying(lambda: client.eval(FENCED_PUSH, 2, *args))
-    return {"attempt": ctx.attempt}
 
 
 def _record_clock(client: redis.Redis, namespace: str) -> None:
@@ -168,6 +194,74 @@ def step(ctx: TaskContext, params: Step) -> dict[str, int]:
     if os.environ.get(UNSAFE_ENV) == "double-run":
         result = _once(ctx, params)  # deliberately unsafe: the same attempt executes twice
     return result
+
+
+# -- the task policies (issue 25): a small share of the producer's load (producer.workload) --
+
+
+class Flaky(Exception):
+    """What ``flaky`` raises on purpose (its policy retries it)."""
+
+
+#: ``flaky``'s policy: three attempts, short backoffs (``retry_on`` by class).
+FLAKY_POLICY = RetryPolicy(max_attempts=3, base_delay=0.2, max_delay=1.0, jitter=0.1,
+                           retry_on=(Flaky,))  # fmt: skip
+#: ``slow``'s timeout (seconds) and policy: a timed-out attempt is retried once.
+SLOW_TIMEOUT = 1.0
+SLOW_POLICY = RetryPolicy(max_attempts=2, base_delay=0.2, max_delay=1.0, jitter=0.1,
+                          retry_on=(TaskTimeout,))  # fmt: skip
+#: How long a ``silent`` attempt sleeps without a checkpoint: longer than its timeout plus the
+#: checkers' slack (``policy_report.PolicyRun.timeout_slack``, 5 s with the harness's
+#: workers), so a worker that did not enforce the timeout is caught (``ignore-policies``).
+SILENT_SECONDS = 7.0
+#: ``brief``'s retention (seconds): its finished tasks are removed during the run.
+BRIEF_RETENTION = 3.0
+
+
+class FlakyParams(Step):
+    #: the first attempt that succeeds: attempts before it raise ``Flaky`` (past the policy's
+    #: three attempts, the task ends FAILED)
+    fail_until: int = Field(default=1, ge=1, le=100)
+
+
+class SlowParams(BaseModel):
+    #: how an attempt overruns its timeout: sleeping without a checkpoint (its worker ends it
+    #: ``timeout_grace`` later), checkpointing (the checkpoint raises TaskTimeout), or not
+    mode: Literal["silent", "checkpoints", "quick"] = "quick"
+    #: attempts from this one on are quick
+    until: int = Field(default=2, ge=1, le=100)
+
+
+@app.task(retry=FLAKY_POLICY)
+def flaky(ctx: TaskContext, params: FlakyParams) -> dict[str, int]:
+    """Fails (``Flaky``) while ``attempt < fail_until``, then runs as ``step``."""
+    if ctx.attempt < params.fail_until:
+        _began(ctx)
+        ctx.checkpoint()
+        raise Flaky(f"attempt {ctx.attempt} fails on purpose (until {params.fail_until})")
+    return _once(ctx, params)
+
+
+@app.task(timeout=SLOW_TIMEOUT, retry=SLOW_POLICY)
+def slow(ctx: TaskContext, params: SlowParams) -> dict[str, int]:
+    """Overruns its timeout in its mode while ``attempt < until``; else a quick step."""
+    if params.mode == "quick" or ctx.attempt >= params.until:
+        return _once(ctx, Step(steps=3, ms=50))
+    record = _began(ctx)
+    if params.mode == "silent":
+        ctx.checkpoint()
+        time.sleep(SILENT_SECONDS)  # no checkpoint: its worker ends it; this result is dropped
+    else:
+        _steps(ctx, Step(steps=int(SILENT_SECONDS * 10), ms=100))  # raises TaskTimeout at 1 s
+    ctx.checkpoint()
+    _fenced_effect(ctx, record)
+    return {"attempt": ctx.attempt}
+
+
+@app.task(retention=BRIEF_RETENTION)
+def brief(ctx: TaskContext, params: Step) -> dict[str, int]:
+    """``step`` with a retention of a few seconds."""
+    return _once(ctx, params)
 
 
 def blind_start_tasks(
@@ -215,5 +309,33 @@ def blind_start_tasks(
     return started
 
 
+def ignore_policies() -> None:
+    """UNSAFE (the ``ignore-policies`` negative control), in a worker process: each task gets
+    two attempts more than its frozen policy allows, no timeout is enforced (not at a
+    checkpoint, not by its worker, not by a reconcile) and finished tasks expire a minute
+    before their retention ran out."""
+    from chongming_redis.runtime import reconcile
+    from chongming_redis.runtime.writer import TaskWriter
+
+    own_policy = TaskWriter.policy_of
+
+    def policy_of(self: TaskWriter, snapshot: TaskSnapshot) -> RetryPolicy:
+        policy = own_policy(self, snapshot)
+        return dataclasses.replace(policy, max_attempts=policy.max_attempts + 2)
+
+    expire = RedisTaskStore.expire_finished
+
+    def expire_early(self: RedisTaskStore, *, now: datetime, limit: int = 100) -> list[str]:
+        return expire(self, now=now + timedelta(seconds=60), limit=limit)
+
+    TaskWriter.policy_of = policy_of  # type: ignore[method-assign]
+    TaskWriter.overdue = lambda self, held: False  # type: ignore[method-assign]
+    TaskContext.set_timeout = lambda self, seconds, started: None  # type: ignore[method-assign]
+    reconcile.overdue_in_store = lambda snapshot, now, grace: False  # type: ignore[attr-defined]
+    RedisTaskStore.expire_finished = expire_early  # type: ignore[method-assign,assignment]
+
+
 if os.environ.get(UNSAFE_ENV) == "skip-cas":
     RedisTaskStore.start_tasks = blind_start_tasks  # type: ignore[method-assign,assignment]
+elif os.environ.get(UNSAFE_ENV) == "ignore-policies":
+    ignore_policies()

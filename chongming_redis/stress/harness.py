@@ -17,8 +17,6 @@ Layout of one run (``--keep`` leaves it on disk):
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import random
 import secrets
@@ -26,11 +24,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import chongming_redis
 from chongming_redis.embedded.redis_server import EmbeddedRedis
@@ -39,13 +35,23 @@ from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskQuery, TaskStatus
 from chongming_redis.runtime.buckets import BucketPolicy
+from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
 from chongming_redis.stress.fault_proxy import FaultProxy
 from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
+from chongming_redis.stress.feed_watch import FeedWatch
 from chongming_redis.stress.namespace import StressError, delete_namespace, require_empty
-from chongming_redis.stress.producer import submit_until_known, unacknowledged
+from chongming_redis.stress.plumbing import (
+    ClientLog,
+    Upstream,
+    libfaketime,
+    quiet_between,
+    upstream_of,
+)
+from chongming_redis.stress.policy_report import PolicyRun
+from chongming_redis.stress.producer import submit_until_known, unacknowledged, workload
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
 
 APP = "chongming_redis.stress.app:app"
@@ -53,6 +59,9 @@ APP = "chongming_redis.stress.app:app"
 ON_CLUSTER = ("on Redis Cluster the workers reach every node at the address it announces: a "
               "proxy in front of one node is not in their way")  # fmt: skip
 DRIVER = "stress-driver"
+#: The workers' default retry policy's ``max_attempts`` (``--max-attempts``): what a task
+#: without a policy of its own may use (``attempts_exceeded``).
+WORKER_MAX_ATTEMPTS = 3
 
 
 @dataclass
@@ -75,34 +84,6 @@ class Options:
     cluster: bool = False  # --redis names a node of a Redis Cluster
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """Where Redis is, as the driver and the workers see it."""
-
-    url: str  # the driver's connection (direct)
-    host: str | None  # for the fault proxy; None when the workers cannot be proxied
-    port: int
-    why_not_proxied: str = ""
-
-    def through(self, proxy_port: int) -> str:
-        """The URL the workers use: the user's, with the proxy as host and port."""
-        parts = urlsplit(self.url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{userinfo}@" if userinfo else ""
-        return urlunsplit(("redis", f"{netloc}127.0.0.1:{proxy_port}", parts.path, parts.query, ""))
-
-
-def upstream_of(url: str) -> Upstream:
-    parts = urlsplit(url)
-    if parts.scheme == "redis":
-        return Upstream(url, parts.hostname or "127.0.0.1", parts.port or 6379)
-    reason = {
-        "rediss": "the workers reach Redis over TLS, which the fault proxy cannot read",
-        "unix": "the workers reach Redis on a unix socket; the fault proxy speaks TCP",
-    }.get(parts.scheme, f"the fault proxy cannot sit in front of a {parts.scheme}:// URL")
-    return Upstream(url, None, 0, reason)
-
-
 def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> WorkerProcesses:
     env = dict(os.environ)
     env.update({stress_app.URL_ENV: url, stress_app.NS_ENV: namespace, AUDIT_ENV: "1"})
@@ -119,50 +100,22 @@ def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> W
         f"--num-buckets={opts.num_buckets}",
         f"--task-lease={opts.task_lease}",
         f"--worker-lease={opts.worker_lease}",
+        f"--max-attempts={WORKER_MAX_ATTEMPTS}",
         "--grace=2",
     ]
     return WorkerProcesses(APP, url, namespace, options, logdir=logdir, env=env, cwd=logdir)
 
 
-def quiet_between(
-    faults: list[dict[str, Any]], wall0: float, task_lease: float
-) -> Callable[[float, float], bool]:
-    """Whether a window of wall-clock time saw no fault: each fault counts from a second
-    before it began until two task leases and the default start and reconcile intervals after
-    its record (a stopped worker's tasks are LOST and retried by then)."""
-    windows = [(wall0 + f["at"] - 1.0, wall0 + f["t"] + 2 * task_lease + 6.0) for f in faults]
-
-    def quiet(since: float, until: float) -> bool:
-        return all(until < begin or since > end for begin, end in windows)
-
-    return quiet
-
-
-@dataclass
-class ClientLog:
-    path: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _t0: float = field(default_factory=time.monotonic)
-    #: The wall clock at ``_t0``: a record's ``t`` as a time the histories use.
-    wall0: float = field(default_factory=time.time)
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        record = {"t": round(time.monotonic() - self._t0, 3), **record}
-        with self._lock:
-            self.records.append(record)
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record, sort_keys=True) + "\n")
-
-
-def libfaketime() -> str | None:
-    """The libfaketime the ``clock_skew`` fault preloads (Debian's ``faketime`` package)."""
-    for pattern in ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
-                    "/usr/local/lib/faketime/libfaketime.so.1"):  # fmt: skip
-        found = sorted(glob.glob(pattern))
-        if found:
-            return found[0]
-    return None
+def policy_run(opts: Options) -> PolicyRun:
+    """The workers' policy settings, as ``worker_processes`` starts them: ``--max-attempts``,
+    the reconcile interval the worker command derives from ``--task-lease``
+    (``cli/worker.py``: half the lease, from 0.5 to 5 s) and the default ``timeout_grace``."""
+    return PolicyRun(
+        default_max_attempts=WORKER_MAX_ATTEMPTS,
+        timeout_grace=ControllerConfig().timeout_grace,
+        reconcile_interval=max(0.5, min(5.0, opts.task_lease / 2)),
+        task_lease=opts.task_lease,
+    )
 
 
 def _open_store(url: str, namespace: str, cluster: bool = False) -> RedisTaskStore:
@@ -172,6 +125,13 @@ def _open_store(url: str, namespace: str, cluster: bool = False) -> RedisTaskSto
         url, namespace=namespace, socket_timeout=5, retries=8, audit=True,
         audit_owner=DRIVER, cluster=cluster,
     )  # fmt: skip
+
+
+def _server_time(store: RedisTaskStore) -> float | None:
+    try:
+        return store.server_time().timestamp()
+    except StoreError:
+        return None
 
 
 def run(opts: Options) -> dict[str, Any]:
@@ -240,22 +200,33 @@ def run(opts: Options) -> dict[str, Any]:
         clock_of=lambda pid: stress_app.clock_of(store.client, namespace, pid),
     )  # fmt: skip
     submitted: list[str] = []  # every id the driver tried (acknowledged or not)
-    acked_tasks: list[str] = []
+    acked_tasks: list[str] = []  # the tasks known to exist
+    acked_submits: list[str] = []  # every acknowledged submit (a unique one may create none)
+    unsafe = opts.unsafe or os.environ.get(stress_app.UNSAFE_ENV)
+    watch = FeedWatch(store)
     acked_commands: list[str] = []
     n_commands = opts.commands if opts.commands is not None else max(5, opts.tasks // 8)
     stop_load = threading.Event()
 
-    def submit(task_id: str, params: dict[str, int]) -> None:
+    def submit(task_id: str, params: dict[str, int], name: str = "step",
+               unique: str | None = None) -> None:  # fmt: skip
         submitted.append(task_id)
-        if submit_until_known(driver, task_id, params, log):
+        returned = submit_until_known(driver, task_id, params, log, name=name, unique=unique)
+        if returned is None:
+            return
+        acked_submits.append(task_id)
+        if returned == task_id:
             acked_tasks.append(task_id)
+            if unique is not None and unsafe == "ignore-policies":  # a store that forgets
+                store.client.delete(store.keys.unique(unique))
 
     def submit_loop() -> None:
         window = opts.seconds * 0.85
         for i in range(opts.tasks):
             target = started + window * i / max(1, opts.tasks)
             time.sleep(max(0.0, target - time.monotonic()))
-            submit(f"t{i:05d}", {"steps": rng.randint(3, 8), "ms": rng.randint(10, 60)})
+            planned = workload(i, rng)
+            submit(planned.task_id, planned.params, planned.name, planned.unique)
         # The faults run one after another, so in a short window the last ones can start after
         # the planned load ended (a lease holder pause needs a RUNNING task): keep a trickle of
         # filler tasks (x00000, ...) coming until the nemesis is done.
@@ -304,6 +275,7 @@ def run(opts: Options) -> dict[str, Any]:
             "plan": [vars(f) for f in plan],
         }
     )
+    watch.start()
     nemesis.start()
     threads = [
         threading.Thread(target=submit_loop, daemon=True),
@@ -337,8 +309,12 @@ def run(opts: Options) -> dict[str, Any]:
             if snap.status is TaskStatus.PAUSED and snap.updated_at < store.server_time():
                 control(snap.task_id, "resume")
         time.sleep(1.0)
+    policies = policy_run(opts)
+    policies.workers_stopped_at = _server_time(store)
     workers.stop_all()
     nemesis.join(10)
+    watch.stop()
+    policies.watch, policies.driver_log = watch, log.records
 
     # The final restart: everything acknowledged must be read back from the AOF.
     final_restart = False
@@ -351,8 +327,12 @@ def run(opts: Options) -> dict[str, Any]:
 
     faults = [r for r in log.records if r.get("op") == "fault"]
     report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency,
-                     quiet=quiet_between(faults, log.wall0, opts.task_lease))  # fmt: skip
+                     quiet=quiet_between(faults, log.wall0, opts.task_lease),
+                     policies=policies)  # fmt: skip
     report.update(
+        # every acknowledged submit: a task created, or (unique) the holder's id returned
+        submitted=len(acked_submits),
+        tasks_created=len(acked_tasks),
         seed=opts.seed,
         seconds=round(time.monotonic() - started, 1),
         workers=opts.workers,
@@ -360,7 +340,7 @@ def run(opts: Options) -> dict[str, Any]:
         worker_unexpected_exits=workers.unexpected_exits,
         filler_tasks=sum(1 for t in acked_tasks if t.startswith("x")),
         # Why a submit stayed unacknowledged (its last log line), so a short count explains itself.
-        unacknowledged_submits=unacknowledged(log.records, set(submitted) - set(acked_tasks)),
+        unacknowledged_submits=unacknowledged(log.records, set(submitted) - set(acked_submits)),
         faults_scheduled=dict(nemesis.scheduled),
         faults_fired={k: nemesis.fired.get(k, 0) for k in nemesis.scheduled},
         proxy_fired=proxy.fired if proxy is not None else {},
@@ -368,7 +348,7 @@ def run(opts: Options) -> dict[str, Any]:
         faults_skipped=skipped,
         namespace=namespace,
         workdir=str(workdir),
-        unsafe=opts.unsafe or os.environ.get(stress_app.UNSAFE_ENV),
+        unsafe=unsafe,
     )
     missing = {
         k: n - nemesis.fired.get(k, 0)

@@ -1,4 +1,5 @@
-"""The driver's submit, as a careful producer does it under faults.
+"""The driver's load (``workload``: which task each submit is, the task policies' share
+included) and its submit, as a careful producer does it under faults.
 
 A submit that ends in ``StoreError`` (Redis restarting longer than the store's own retries, a
 reply lost) has an unknown outcome: the task may or may not exist. The producer tries again with
@@ -8,9 +9,11 @@ landed: the task is read back, and it counts as acknowledged only if it is there
 
 from __future__ import annotations
 
+import random
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -33,38 +36,88 @@ def start_options(driver: Controller, task_id: str) -> dict[str, Any]:
     return options
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One submit of the load."""
+
+    task_id: str
+    name: str
+    params: dict[str, Any]
+    unique: str | None = None
+
+
+def workload(i: int, rng: random.Random) -> Planned:
+    """The ``i``-th submit of the load: mostly ``step``; a small share (about a fifth) uses
+    the task policies (``stress/app.py``): ``flaky`` (1 in 15: fails its first
+    ``fail_until - 1`` attempts, 1 to 5, so some run out of their 3), ``slow`` (1 in 25:
+    overruns its 1 s timeout silently or at checkpoints in its first attempt, or its first
+    two, or not at all), ``brief`` (1 in 30: a retention of 3 s), and unique submits: for
+    the ``k``-th of every 30, three submits of unique id ``u<k>`` of a ``step`` of about a
+    second (at ``30k + 5``, ``+ 6``: its holder still unfinished, and ``+ 29``, about 2.7 s
+    later with the default window: mostly finished). The seed's draws are the same whatever
+    the share."""
+    steps = {"steps": rng.randint(3, 8), "ms": rng.randint(10, 60)}
+    task_id, k = f"t{i:05d}", i // 30
+    if i % 30 in (5, 6, 29):
+        return Planned(task_id, "step", {"steps": 10, "ms": 100}, unique=f"u{k:03d}")
+    if i % 25 == 9:
+        j = i // 25
+        mode = ("silent", "checkpoints", "quick")[j % 3]
+        return Planned(task_id, "slow", {"mode": mode, "until": 2 + (j // 3) % 2})
+    if i % 15 == 4:
+        return Planned(task_id, "flaky", {**steps, "fail_until": 1 + (i // 15) % 5})
+    if i % 30 == 10:
+        return Planned(task_id, "brief", steps)
+    return Planned(task_id, "step", steps)
+
+
 def submit_until_known(
     driver: Controller,
     task_id: str,
-    params: dict[str, int],
+    params: dict[str, Any],
     log: Callable[[dict[str, Any]], None],
     *,
+    name: str = "step",
+    unique: str | None = None,
     patience: float = PATIENCE_SECONDS,
-) -> bool:
-    """Submit ``step`` as ``task_id``; ``True`` once it is known to exist (acknowledged)."""
+) -> str | None:
+    """Submit ``name`` as ``task_id``; once acknowledged, the id it returned (``task_id``, or
+    with ``unique`` held by another unfinished task, that task's), else ``None``. A unique
+    submit's log line says what it returned (``returned``, ``created``) and brackets it in
+    the driver's clock (``sent_at`` before the first try, ``acked_at``: seconds)."""
     deadline = time.monotonic() + patience
     unsure = False  # an earlier attempt may have created it
+    policies: dict[str, Any] = {"unique": unique} if unique is not None else {}
+    sent_at = driver.clock.now().timestamp()
+
+    def acked(returned: str, **more: Any) -> str:
+        line: dict[str, Any] = {"op": "submit", "id": task_id, "outcome": "ok", **more}
+        if unique is not None:
+            line.update(unique=unique, returned=returned, created=returned == task_id,
+                        sent_at=sent_at, acked_at=driver.clock.now().timestamp())  # fmt: skip
+        log(line)
+        return returned
+
     while True:
         try:
-            driver.submit("step", params, task_id=task_id, **start_options(driver, task_id))
+            returned = driver.submit(name, params, task_id=task_id,
+                                     **start_options(driver, task_id), **policies)  # fmt: skip
         except TaskAlreadyExists as exc:
             if unsure and _exists(driver, task_id, deadline):
-                log({"op": "submit", "id": task_id, "outcome": "ok", "after": "retry"})
-                return True
+                return acked(task_id, after="retry")
             log({"op": "submit", "id": task_id, "outcome": "fail", "error": repr(exc)})
-            return False
+            return None
         except StoreError as exc:
             log({"op": "submit", "id": task_id, "outcome": "info", "error": str(exc)})
             if time.monotonic() + PAUSE_SECONDS > deadline:
-                return False
+                return None
             unsure = True
             time.sleep(PAUSE_SECONDS)
             continue
         except Exception as exc:  # a refused submit: nothing was written
             log({"op": "submit", "id": task_id, "outcome": "fail", "error": repr(exc)})
-            return False
-        log({"op": "submit", "id": task_id, "outcome": "ok"})
-        return True
+            return None
+        return acked(returned)
 
 
 def _exists(driver: Controller, task_id: str, deadline: float) -> bool:

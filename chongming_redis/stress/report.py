@@ -12,7 +12,8 @@ from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress import checkers, start_checks
+from chongming_redis.stress import checkers, feed_watch, policy_report, start_checks
+from chongming_redis.stress.policy_report import PolicyRun
 
 VIOLATION_KINDS = (
     "duplicate_starts",
@@ -27,6 +28,12 @@ VIOLATION_KINDS = (
     "early_starts",
     "slots_exceeded",
     "idle_slot_waits",
+    # the task policies (stress/policy_checks.py)
+    "attempts_exceeded",
+    "timeout_overrun",
+    "removed_early",
+    "unique_duplicates",
+    "unique_orphans",
 )
 
 #: The workers' start interval (``ControllerConfig.start_poll_interval``, the CLI's default).
@@ -49,14 +56,24 @@ def collect(
     acked_commands: list[str],
     slots: int,
     *,
+    policies: PolicyRun,
     quiet: Callable[[float, float], bool] = lambda since, until: True,
 ) -> dict[str, Any]:
-    """Read the ground truth from Redis and run every checker (``slots``: each worker's)."""
+    """Read the ground truth from Redis and run every checker (``slots``: each worker's;
+    ``policies``: the workers' policy settings and the feed watch). A task its retention
+    removed is judged on what the feed watch kept of it (its final snapshot and history),
+    and counts as present (not lost) by its tombstone."""
     client = store.client
+    run = policies
     finals: dict[str, TaskSnapshot | None] = {t: store.get(t) for t in submitted}
+    tombstones = feed_watch.tombstones(store)
+    gone = policy_report.removed(finals, tombstones, run.watch)
+    known: dict[str, TaskSnapshot | None] = {**finals, **gone.snapshots}
     histories: dict[str, list[Transition]] = {
         t: store.history(t) for t, snap in finals.items() if snap is not None
     }
+    histories.update(gone.histories)
+    present: dict[str, object | None] = {**known, **gone.tombstones}
     runs = client.lrange(stress_app.runs_key(namespace), 0, -1)
     effects = client.lrange(stress_app.effects_key(namespace), 0, -1)
     commands = {}
@@ -72,18 +89,20 @@ def collect(
     found = (
         checkers.check_starts(histories)
         + checkers.check_completions(histories)
-        + checkers.check_cas_chain(histories, finals)
-        + checkers.check_executions(runs, effects, histories)
-        + checkers.check_durability(acked_tasks, finals, "task")
+        + checkers.check_cas_chain(histories, known)
+        + checkers.check_executions(runs, effects, histories, unknown=gone.unverifiable)
+        + checkers.check_durability(acked_tasks, present, "task")
         + checkers.check_durability(acked_commands, commands, "command")
         + checkers.check_commands(commands, queued, leased)
-        + start_checks.check_not_before(histories, finals)
+        + start_checks.check_not_before(histories, known)
         + start_checks.check_slots(histories, slots)
-        + start_checks.check_work_conservation(histories, finals, slots, START_INTERVAL, quiet)
+        + start_checks.check_work_conservation(histories, known, slots, START_INTERVAL, quiet)
         + lease_audit.violations
     )
+    policy_found, policy_counts = policy_report.check(store, known, histories, tombstones, run)
+    found += policy_found
     counts = checkers.count(found)
-    statuses = Counter(s.status.value for s in finals.values() if s is not None)
+    statuses = Counter(s.status.value for s in known.values() if s is not None)
     retried = sum(
         1
         for h in histories.values()
@@ -100,7 +119,7 @@ def collect(
         "lost": statuses.get("lost", 0),
         "unfinished": sum(statuses.get(s, 0) for s in ("pending", "running", "paused")),
         # why tasks failed (the step never fails by itself: each is a store or worker error)
-        "failure_types": failure_types(finals),
+        "failure_types": failure_types(known),
         "retried": retried,
         "starts": sum(sum(checkers.starts_per_attempt(h).values()) for h in histories.values()),
         "executions": sum(len(e) for e in checkers.parse_records(runs).values()),
@@ -113,6 +132,10 @@ def collect(
         "audit_completes": lease_audit.completes,
         "audit_releases": lease_audit.releases,
         "completions_without_lease": lease_audit.completions_without_lease,
+        # acknowledged tasks their retention removed (counted above by their final status)
+        "removed": len(gone.tombstones),
+        "removed_unwatched": len(gone.unverifiable),
+        **policy_counts,
     }
     for kind in VIOLATION_KINDS:
         report[kind] = counts.get(kind, 0)
@@ -160,10 +183,21 @@ def render(report: dict[str, Any], *, stderr: bool = False) -> None:
         "completions_without_lease",
         "worker_processes_started",
         "seconds",
+        # the task policies
+        "retries_by_cause",
+        "timeouts",
+        "timeouts_enforced",
+        "timeout_worst_overrun",
+        "expired",
+        "expiry_lag_max",
+        "unique_submits",
+        "unique_created",
+        "unique_returned_holder",
+        "policy_bounds",
     ):
-        table.add_row(key, str(report[key]))
+        table.add_row(key, str(report.get(key, "-")))
     for key in VIOLATION_KINDS:
-        value = report[key]
+        value = report.get(key, 0)
         table.add_row(f"violations: {key}", f"[red]{value}[/]" if value else "0")
     for kind, n in sorted(report["faults_scheduled"].items()):
         fired = report["faults_fired"].get(kind, 0)

@@ -13,6 +13,9 @@ from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress.checkers import START, Violation
 
 RETRY_DELAY = re.compile(r"^retry .*, in (?P<seconds>\d+(?:\.\d+)?)s$")
+#: The reason of an end written because an attempt ran past its timeout without stopping at a
+#: checkpoint (``runtime/timeouts.py``, ``runtime/reconcile.py``).
+TIMED_OUT = "timed out"
 
 
 def _is_start(entry: Transition) -> bool:
@@ -165,11 +168,19 @@ def check_work_conservation(
 
 def _occupancy(histories: Mapping[str, Sequence[Transition]]) -> dict[str, list[tuple[float, int]]]:
     """Per owner, each start time and how many tasks the owner held right after it (attempts
-    that ended LOST or never ended count as held to the end: the safe side)."""
+    that ended LOST or never ended count as held to the end: the safe side; so do attempts
+    ended by a timeout without a checkpoint, ``TIMED_OUT``: their thread, which cannot be
+    killed, keeps its slot until it returns, after the end entry)."""
     held: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for owner, _, start, end in _held_spans(histories):
-        lost = end is None or end.to_status is TaskStatus.LOST
-        held[owner].append((start, float("inf") if lost else end.at.timestamp()))  # type: ignore[union-attr]
+        if (
+            end is None
+            or end.to_status is TaskStatus.LOST
+            or (end.reason or "").startswith(TIMED_OUT)
+        ):
+            held[owner].append((start, float("inf")))
+        else:
+            held[owner].append((start, end.at.timestamp()))
     return {
         owner: [(start, sum(1 for s, e in spans if s <= start < e)) for start, _ in spans]
         for owner, spans in held.items()

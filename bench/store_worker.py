@@ -26,13 +26,13 @@ from typing import Any
 
 from chongming_redis.cli.common import open_store
 from chongming_redis.cli.worker import polling_for
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.pool import BucketPool
-from chongming_redis.policy import RetryPolicy
 from chongming_redis.testing.processes import Worker
 
 ROOT = Path(__file__).resolve().parents[1]

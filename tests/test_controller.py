@@ -23,10 +23,10 @@ from pydantic import BaseModel, Field
 
 from chongming_redis import InMemoryTaskStore, Progress, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.model import Command, CommandKind, TaskQuery
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext, TaskLost
 from chongming_redis.runtime.controller import Controller, InvalidParams, UnknownTask
-from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores.codec import MAX_PAYLOAD_BYTES, row_to_command
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.flaky_store import ALL, ProtocolOnlyStore, RecordingStore

@@ -15,10 +15,10 @@ import pytest
 
 from chongming_redis import InMemoryTaskStore, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.errors import ConcurrencyConflict, TaskAlreadyExists
+from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App, UnknownTask
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.stores.extensions import EXTENSIONS
 from chongming_redis.stores.protocol import PROTOCOL_METHODS, TaskStore

@@ -66,10 +66,10 @@ from pydantic import BaseModel, Field  # noqa: E402
 from redis.backoff import NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 
+from chongming_redis.policy import RetryPolicy  # noqa: E402
 from chongming_redis.runtime.app import App  # noqa: E402
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped  # noqa: E402
 from chongming_redis.runtime.controller import Controller  # noqa: E402
-from chongming_redis.policy import RetryPolicy  # noqa: E402
 from chongming_redis.stores.protocol import TaskStore  # noqa: E402
 from chongming_redis.stores.urls import open_store_url  # noqa: E402
 

@@ -118,7 +118,9 @@ def test_show_json_is_one_document_with_the_documented_keys(
     doc = json.loads(ok(cli("show", "job-1", "--json", *common)))
     assert set(doc) == {"namespace", "task", "history"} and doc["namespace"] == namespace
     task = doc["task"]
-    assert set(task) == TASK_KEYS | {"params", "result"}
+    assert set(task) == TASK_KEYS | {"params", "result", "policies"}
+    assert task["policies"] == {"retry": None, "timeout": None, "deadline": None,
+                                "retention": None, "unique": None}  # fmt: skip
     assert task["status"] == "failed" and task["tags"] == ["batch", "io"]
     assert task["created_at"] == "2026-01-02T03:04:05.678000Z"
     assert task["heartbeat_at"] == "2026-01-02T03:04:08.678000Z" and task["lease_until"] is None

@@ -197,8 +197,10 @@ def test_unsafe_start_without_compare_and_set_is_caught(tmp_path: Path) -> None:
 def test_unsafe_workers_ignoring_the_task_policies_are_caught(tmp_path: Path) -> None:
     # the third negative control: workers that retry past the frozen policy, enforce no
     # timeout and expire a minute early, and a driver that forgets each unique record
+    # 16 s: a silent attempt (9 s without a checkpoint) that begins in the first 9.5 s runs
+    # past its bound (1 s + 5 s slack + 0.5 s) before the workers stop
     rc, report = _run_stress(
-        tmp_path, "--workers=2", "--tasks=60", "--seconds=10", "--seed=7",
+        tmp_path, "--workers=2", "--tasks=60", "--seconds=16", "--seed=7",
         unsafe="ignore-policies",
     )  # fmt: skip
     assert report["unsafe"] == "ignore-policies"

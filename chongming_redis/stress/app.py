@@ -213,7 +213,7 @@ SLOW_POLICY = RetryPolicy(max_attempts=2, base_delay=0.2, max_delay=1.0, jitter=
 #: How long a ``silent`` attempt sleeps without a checkpoint: longer than its timeout plus the
 #: checkers' slack (``policy_report.PolicyRun.timeout_slack``, 5 s with the harness's
 #: workers), so a worker that did not enforce the timeout is caught (``ignore-policies``).
-SILENT_SECONDS = 7.0
+SILENT_SECONDS = 9.0
 #: ``brief``'s retention (seconds): its finished tasks are removed during the run.
 BRIEF_RETENTION = 3.0
 

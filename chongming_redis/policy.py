@@ -48,6 +48,11 @@ def exception_name(cls: type[BaseException]) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def class_names(cls: type[BaseException]) -> tuple[str, ...]:
+    """An exception class and its bases, as ``exception_name`` names them (itself first)."""
+    return tuple(exception_name(c) for c in cls.__mro__ if issubclass(c, BaseException))
+
+
 def _names(value: object, what: str) -> tuple[str, ...]:
     if isinstance(value, str | bytes | type) or not isinstance(value, Iterable):
         raise TypeError(f"{what} must be a tuple of exception classes (or their names)")
@@ -128,10 +133,15 @@ class RetryPolicy:
         return self.retries_type(type(exc))
 
     def retries_type(self, cls: type[BaseException]) -> bool:
-        names = {exception_name(c) for c in cls.__mro__ if issubclass(c, BaseException)}
-        if names & set(self.no_retry_on) or exception_name(NonRetryable) in names:
+        return self.retries_names(class_names(cls))
+
+    def retries_names(self, names: Iterable[str]) -> bool:
+        """For an exception known by its classes' names (``class_names``: a child process's
+        failure): the same rule as ``retries``."""
+        found = set(names)
+        if found & set(self.no_retry_on) or exception_name(NonRetryable) in found:
             return False
-        return bool(names & set(self.retry_on))
+        return bool(found & set(self.retry_on))
 
     def retries_error_type(self, error_type: str) -> bool:
         """For a failure known by its ``error_type`` alone (a child process's, a timeout):

@@ -94,3 +94,17 @@ def test_a_process_task_past_its_timeout_is_terminated_and_failed_as_a_timeout(
     assert snapshot.timeout == 0.5 and snapshot.deadline is not None
     after = controller.submit("count", {"n": 3})  # the worker goes on
     wait_until(lambda: status(controller, after) is TaskStatus.SUCCEEDED)
+
+
+def test_a_process_tasks_failure_is_matched_through_its_class_hierarchy(
+    controller: Controller,
+) -> None:
+    retried = controller.submit("connects")
+    wait_until(lambda: status(controller, retried) is TaskStatus.SUCCEEDED)
+    assert controller.get(retried).attempt == 2  # type: ignore[union-attr]
+    final = controller.submit("declines")
+    wait_until(lambda: status(controller, final) is TaskStatus.FAILED)
+    time.sleep(0.3)
+    ended = controller.get(final)
+    assert ended is not None and ended.attempt == 1 and ended.failure is not None
+    assert ended.failure.error_type == "Declined"

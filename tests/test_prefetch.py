@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from chongming_redis import InMemoryTaskStore, TaskStatus
+from chongming_redis import InMemoryTaskStore, RetryPolicy, TaskStatus
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.context import TaskContext
@@ -346,3 +346,43 @@ def test_a_task_handed_back_before_its_function_returns_records_no_end_of_its_ow
     finally:
         gate.set()
         controller.shutdown(grace=5)
+
+
+def test_a_prefetched_task_past_its_timeout_is_ended_while_it_waits_and_never_begins() -> None:
+    """A task started (prefetched) behind a busy slot is RUNNING in the store: its timeout runs
+    from that start, so it is ended FAILED/TaskTimeout timeout_grace later by its own worker
+    (which no reconcile of its own would touch), and its function never begins."""
+    store = InMemoryTaskStore()
+    app = App("prefetch-timeout")
+    gate, ran = threading.Event(), []
+
+    @app.task()
+    def block(ctx: TaskContext, params: Any) -> None:
+        gate.wait(15)
+
+    @app.task(timeout=0.2, retry=RetryPolicy(max_attempts=1))
+    def short(ctx: TaskContext, params: Any) -> None:
+        ran.append(ctx.task_id)
+
+    controller = Controller(store, app=app, **{**FAST, "concurrency": 1, "prefetch": 2,
+                                               "timeout_grace": 0.2})  # fmt: skip
+    window = controller.runner._window
+    window.ran(0.00001)
+    window.round_trip(1.0)
+    controller.start()
+    try:
+        blocker = controller.submit("block")
+        wait_status(store, blocker, TaskStatus.RUNNING)
+        waiting = controller.submit("short")
+        failed = wait_status(store, waiting, TaskStatus.FAILED)
+        assert failed.failure is not None and failed.failure.error_type == "TaskTimeout"
+        assert "waited for a slot" in failed.failure.message
+        assert store.get(blocker).status is TaskStatus.RUNNING  # type: ignore[union-attr]
+        gate.set()
+        wait_status(store, blocker, TaskStatus.SUCCEEDED)
+        time.sleep(0.2)
+        assert ran == []  # it never began
+        assert store.get(waiting).status_version == failed.status_version  # type: ignore[union-attr]
+    finally:
+        gate.set()
+        controller.shutdown(grace=2, hand_back="stop")

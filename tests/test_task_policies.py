@@ -448,3 +448,70 @@ def test_a_retry_by_hand_is_refused_while_another_task_holds_its_unique_id(store
         second.stop()
         assert client.retry(first.task_id).task_id == first.task_id  # free: taken again
         assert store.unique_holder("nightly") == first.task_id
+
+
+def test_a_lost_and_retried_task_of_a_producer_without_the_app_keeps_its_types_retention(
+    store: Any, make: Any
+) -> None:
+    """The LOST end is final for a moment only: its retry must not carry the default retention
+    the final move fills in; the reconciler and the worker apply the type's year."""
+    year = 365 * 86400.0
+    with Client(store) as bare:
+        task_id = bare.submit("kept").task_id
+    snapshot = store.get(task_id)
+    running = advance(snapshot, R, snapshot.updated_at)  # its holder died at once
+    store.save(running, expect_version=snapshot.status_version)
+    reconciler = make(owner="other", retry=worker_default(max_attempts=2, base_delay=0.01),
+                      task_lease=0.01)  # fmt: skip
+    reconciler.task("kept", retention=year)(lambda ctx, p: "done")
+    time.sleep(0.05)
+    assert reconciler.reconcile().retried == [task_id]
+    assert store.get(task_id).retention == year
+    worker = make(owner="runner")  # the usual lease: it runs the retry
+    worker.task("kept", retention=year)(lambda ctx, p: "done")
+    worker.start()
+    done = wait_status(store, task_id, OK)
+    assert (done.attempt, done.retention) == (2, year)
+
+
+def test_unique_submits_on_a_store_without_batching_and_the_controllers_refusal() -> None:
+    """A ``TaskPoliciesStore`` without ``BatchingStore`` (the adapter's create-then-append
+    fallback) still returns the holder; a ``Controller`` on a store that keeps no unique ids
+    refuses ``unique=`` in one line, as the clients do."""
+
+    class PoliciesOnly(MinimalStore):
+        def unique_holder(self, unique: str) -> str | None:
+            return self.inner.unique_holder(unique)
+
+        def expire_finished(self, *, now: Any, limit: int = 100) -> list[str]:
+            return self.inner.expire_finished(now=now, limit=limit)
+
+        def expiry_backlog(self, *, now: Any) -> Any:
+            return self.inner.expiry_backlog(now=now)
+
+    policies = PoliciesOnly()
+    with Client(policies) as client:  # type: ignore[arg-type]
+        first = client.submit("job", unique="u-1")
+        again = client.submit("job", unique="u-1")
+    assert first.created and not again.created and again.task_id == first.task_id
+    assert len(policies.inner.query()) == 1
+    from chongming_redis.runtime.controller import Controller
+
+    app = App()
+    app.task("job")(lambda ctx, p: None)
+    bare = MinimalStore()
+    with pytest.raises(ValueError, match="does not keep unique ids"):
+        Controller(bare, app=app).submit("job", unique="u-2")  # type: ignore[arg-type]
+    assert bare.inner.query() == []
+
+
+def test_the_async_client_on_redis_submits_unique(redis_proc: Any, namespace: str) -> None:
+    from chongming_redis import AsyncClient
+
+    async def main() -> tuple[Any, Any]:
+        async with AsyncClient.from_url(redis_proc.url, namespace=namespace) as client:
+            return (await client.submit("job", unique="a-1"),
+                    await client.submit("job", unique="a-1"))  # fmt: skip
+
+    first, again = asyncio.run(main())
+    assert first.created and not again.created and again.task_id == first.task_id

@@ -53,7 +53,7 @@ from chongming_redis.runtime.app import App, TaskType, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance
 from chongming_redis.runtime.notify import WORK
-from chongming_redis.stores.extensions import TaskPoliciesStore
+from chongming_redis.stores.extensions import keeps_unique_ids
 from chongming_redis.validation import check_identifier
 
 __all__ = [
@@ -124,8 +124,9 @@ class ClientFlows:
 
     @property
     def _keeps_unique(self) -> bool:
-        """Whether the store keeps unique ids (``TaskPoliciesStore``)."""
-        return isinstance(self.store, TaskPoliciesStore)
+        """Whether the store keeps unique ids: a ``TaskPoliciesStore``, or a producer's store
+        whose writes keep them (``keeps_unique_ids``: the async Redis store)."""
+        return keeps_unique_ids(self.store)
 
     @property
     def _reads_commands(self) -> bool:

@@ -62,6 +62,7 @@ from chongming_redis.runtime.submission import NewTask, new_task
 from chongming_redis.runtime.supervisor import supervise
 from chongming_redis.runtime.timeouts import end_overdue
 from chongming_redis.runtime.writer import TaskWriter
+from chongming_redis.stores.extensions import keeps_unique_ids
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.validation import check_identifier
 
@@ -154,6 +155,9 @@ class Controller:
         unfinished task: that task's id, nothing written). ``policies``: ``unique``, ``retry``,
         ``timeout``, ``retention`` as ``Client.submit``. A bad submit creates nothing:
         ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
+        if policies.get("unique") is not None and not keeps_unique_ids(self.store):
+            raise ValueError(f"{self.store!r} does not keep unique ids (it is no "
+                             "TaskPoliciesStore): submit without unique=")  # fmt: skip
         snapshot, transition = self._new_task(name, params, key=key, tags=tags,
                                               task_id=task_id, pipeline_run_id=pipeline_run_id,
                                               not_before=not_before, priority=priority,

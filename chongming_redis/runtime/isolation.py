@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from chongming_redis.model import Progress
+from chongming_redis.policy import class_names
 from chongming_redis.runtime.app import TaskFunction
 from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
 
@@ -29,10 +30,16 @@ from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
 class ChildFailed(Exception):
     """The task raised in its child process; carries the child's type name and traceback."""
 
-    def __init__(self, error_type: str, message: str, child_traceback: str) -> None:
+    def __init__(
+        self, error_type: str, message: str, child_traceback: str,
+        names: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         super().__init__(message)
         self.error_type = error_type
         self.child_traceback = child_traceback
+        #: the exception's classes, itself first, as ``policy.class_names`` names them: the
+        #: parent matches a retry policy through the child's hierarchy
+        self.names = names
 
 
 class _ChildContext:
@@ -64,7 +71,9 @@ def _child_main(
         result = fn(_ChildContext(conn, task_id, attempt), params)
         conn.send(("result", result))
     except BaseException as exc:
-        conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
+        conn.send(
+            ("error", type(exc).__name__, str(exc), traceback.format_exc(), class_names(type(exc)))
+        )
     finally:
         conn.close()
 
@@ -124,7 +133,7 @@ def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -
                     return message[1]
                 else:
                     child.join()
-                    raise ChildFailed(message[1], message[2], message[3])
+                    raise ChildFailed(message[1], message[2], message[3], tuple(message[4]))
     finally:
         if child.is_alive():
             child.kill()

@@ -18,6 +18,7 @@ from chongming_redis.runtime.held import (
     holder,
     lease_expired,
 )
+from chongming_redis.runtime.submission import fill_policies
 from chongming_redis.runtime.writer import TaskWriter
 
 
@@ -37,8 +38,10 @@ class Reconciler:
         writer, config = self.writer, self.writer.config
         report = ReconcileReport()
         now = writer.clock.now()
-        for snapshot in writer.store.query(TaskQuery(statuses=frozenset(HELD_STATUSES))):
-            ours = snapshot.task_id in writer.held  # we renew its lease
+        for stored in writer.store.query(TaskQuery(statuses=frozenset(HELD_STATUSES))):
+            ours = stored.task_id in writer.held  # we renew its lease
+            # A task its producer froze no policy into: its type's, as this worker knows it.
+            snapshot = fill_policies(stored, writer.types.get(stored.name))
             overdue = not ours and overdue_in_store(snapshot, now, config.timeout_grace)
             if overdue and self._end_timed_out(snapshot, now, report):
                 continue

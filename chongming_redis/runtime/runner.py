@@ -325,7 +325,9 @@ class Runner:
         elif isinstance(exc, ChildFailed):
             failure = Failure(exc.error_type, str(exc)[:4000], exc.child_traceback[-16000:] or None)
             policy = self.writer.policy_of(held.snapshot)
-            self._fail(held, failure, started, policy.retries_error_type(exc.error_type))
+            retried = (policy.retries_names(exc.names) if exc.names
+                       else policy.retries_error_type(exc.error_type))  # fmt: skip
+            self._fail(held, failure, started, retried)
         else:
             retried = self.writer.policy_of(held.snapshot).retries(exc)
             self._fail(held, failure_of(exc), started, retried)

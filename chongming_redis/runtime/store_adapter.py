@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
+from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists, UniqueTaken
 from chongming_redis.model import (
     Command,
     Progress,
@@ -111,7 +111,7 @@ class StoreAdapter:
                     self.store.create(snapshot)
                 else:
                     self.store.save(snapshot, expect_version=expect)
-            except (ConcurrencyConflict, TaskAlreadyExists) as exc:
+            except (ConcurrencyConflict, TaskAlreadyExists, UniqueTaken) as exc:
                 results.append(exc)
                 continue
             results.append(None)

@@ -23,28 +23,30 @@ log = logging.getLogger("chongming_redis.runtime")
 
 
 def end_overdue(runner: Runner, held: Held) -> None:
-    """A held task whose function runs past its timeout + grace without a checkpoint (a thread
-    wedged in C code, a loop that never checks in): ended ``FAILED``/``TaskTimeout`` now
-    (retried if its policy says so), whatever the thread does next — ``TaskWriter.end`` is
-    claimed once, so its late result is discarded. Its slot stays taken until the thread
+    """A held task past its timeout + grace that has not ended: its function runs without a
+    checkpoint (a thread wedged in C code, a loop that never checks in), or it still waits for
+    a slot (prefetched). Ended ``FAILED``/``TaskTimeout`` now (retried if its policy says so),
+    whatever the thread does next — ``TaskWriter.end`` is claimed once, so its late result is
+    discarded; one that waited never begins. A running thread's slot stays taken until it
     returns (a thread cannot be killed); the other slots go on."""
     writer = runner.writer
-    failure = Failure("TaskTimeout", f"{held.ctx.timeout_error()}; it did not stop at a "
-                      "checkpoint, so its worker ended it")  # fmt: skip
+    begun = not runner.claim_unbegun(held)  # one that waits for a slot never begins now
+    how = "it did not stop at a checkpoint" if begun else "it waited for a slot that long"
+    failure = Failure("TaskTimeout", f"{held.ctx.timeout_error()}; {how}, so its worker "
+                      "ended it")  # fmt: skip
     retry = "timed out" if writer.policy_of(held.snapshot).retries_type(TaskTimeout) else None
     reason = "timed out: still running past its timeout and grace"
     if not writer.end(held, TaskStatus.FAILED, reason, failure=failure, retry_after=retry):
         return
-    log.warning(
-        "%s: %s ran past its timeout and did not stop; ended FAILED (TaskTimeout), "
-        "its thread's result will be discarded",
-        writer.owner,
-        held.task_id,
-    )
+    log.warning("%s: %s ran past its timeout (%s); ended FAILED (TaskTimeout)", writer.owner,
+                held.task_id, how)  # fmt: skip
     writer.events.task_timed_out(held.snapshot.name)
     held.done = True
     held.final_outcome = TaskStatus.FAILED.value
     writer.flush(held)
+    if not begun:  # no thread holds a slot for it: settled as any finished task
+        runner.settle(held)
+        return
     # Answered and let go as Runner.settle does, but still counted as outstanding: the thread
     # holds its slot until it returns (then Runner._free_slot releases it).
     for command_id in held.stop_commands:

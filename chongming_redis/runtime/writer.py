@@ -321,8 +321,10 @@ class TaskWriter:
         final, policy = ended, self.policy_of(snapshot)
         if retry and policy.allows(ended.attempt):
             delay, retry_reason = self._next_attempt(policy, ended.attempt, why)
+            # the task's own retention, not the default a final move fills in: it is unfinished
             final = advance(ended, again, ended.updated_at, attempt=ended.attempt + 1,
-                            not_before=ended.updated_at + delay, progress=None)  # fmt: skip
+                            not_before=ended.updated_at + delay, progress=None,
+                            retention=snapshot.retention)  # fmt: skip
             transitions.append(Transition(snapshot.task_id, final.status_version, ended.status,
                                           again, final.updated_at, retry_reason))  # fmt: skip
         item = (final, snapshot.status_version, transitions)
@@ -333,9 +335,9 @@ class TaskWriter:
         return conflict is None, retried
 
     def overdue(self, held: Held) -> bool:
-        """A held task whose function began and runs past its timeout plus the grace without
-        having ended at a checkpoint."""
-        return held.began and not held.ended and held.ctx.overdue(self.config.timeout_grace)
+        """A held task past its timeout plus the grace that has not ended: its function runs
+        without a checkpoint, or it never began (it waits for a slot, prefetched)."""
+        return not held.ended and held.ctx.overdue(self.config.timeout_grace)
 
     def policy_of(self, snapshot: TaskSnapshot) -> RetryPolicy:
         """The task's own retry policy, frozen at submit (or by its holder); else its type's

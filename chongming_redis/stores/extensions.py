@@ -338,6 +338,13 @@ EXTENSIONS: dict[str, type] = {
 }
 
 
+def keeps_unique_ids(store: object) -> bool:
+    """Whether ``store``'s creates refuse a unique id an unfinished task holds: a
+    ``TaskPoliciesStore``, or a store that says so (``keeps_unique_ids = True``: the async Redis
+    store, whose writes are the Redis store's)."""
+    return isinstance(store, TaskPoliciesStore) or getattr(store, "keeps_unique_ids", False) is True
+
+
 def extensions_of(store: object) -> frozenset[str]:
     """The names of the extensions ``store`` implements."""
     return frozenset(name for name, proto in EXTENSIONS.items() if isinstance(store, proto))

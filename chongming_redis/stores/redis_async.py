@@ -48,6 +48,10 @@ class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
     ``namespace``, for asyncio. ``client`` must be a ``redis.asyncio.Redis`` created with
     ``decode_responses=False``; ``from_url`` makes one with bounded timeouts and retries."""
 
+    #: Its create and commit scripts are the Redis store's: they keep unique ids (refused as
+    #: ``UniqueTaken``), though it offers no ``TaskPoliciesStore`` reads (a producer's store).
+    keeps_unique_ids = True
+
     def __init__(
         self,
         client: redis.asyncio.Redis | AsyncRedisCluster,

@@ -384,10 +384,20 @@ def test_a_dead_master_never_acknowledges_and_its_promoted_replica_waits_for_a_r
         # wait_stable can pass while the restarted node still calls itself a (slotless) master,
         # before gossip turns it into the promoted node's replica: wait for that link itself.
         wait_for_online_replica(own_cluster, replica.port)
-        try:
-            store.save(task("a", 6), expect_version=5)
-        except ConcurrencyConflict as conflict:  # an unconfirmed attempt had landed
-            assert conflict.actual == 6
+        # The link is up, but the replica may still be loading its first full sync on a busy
+        # machine: a WAIT in that window confirms nothing yet. Retrying is safe (it is what the
+        # error says); a confirmed write must come within a few seconds.
+        confirm_by = time.monotonic() + 15
+        while True:
+            try:
+                store.save(task("a", 6), expect_version=5)
+                break
+            except ConcurrencyConflict as conflict:  # an unconfirmed attempt had landed
+                assert conflict.actual == 6
+                break
+            except StoreUnavailable as exc:
+                assert time.monotonic() < confirm_by, exc
+                time.sleep(0.2)
         store.save(task("a", 7), expect_version=6)
         assert store.get("a") == task("a", 7)
         assert dump(own_cluster, master.port, namespace) == dump(

@@ -10,6 +10,7 @@ it imports only ``validation``.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import random
@@ -61,10 +62,18 @@ def _names(value: object, what: str) -> tuple[str, ...]:
         if isinstance(item, type) and issubclass(item, BaseException):
             names.append(exception_name(item))
         elif isinstance(item, str) and item and all(p.isidentifier() for p in item.split(".")):
+            if "." not in item and not _is_builtin_exception(item):  # a typo, or not a class
+                raise TypeError(f"{what}: {item!r} is no built-in exception (a class of your own "
+                                "is named module.QualName, or given as the class)")  # fmt: skip
             names.append(item)
         else:
             raise TypeError(f"{what}: {item!r} is not an exception class (nor its dotted name)")
     return tuple(names)
+
+
+def _is_builtin_exception(name: str) -> bool:
+    found = getattr(builtins, name, None)
+    return isinstance(found, type) and issubclass(found, BaseException)
 
 
 def _seconds(value: object, what: str, *, minimum: float, maximum: float) -> float:
@@ -174,7 +183,14 @@ class RetryPolicy:
         """The policy ``to_json`` wrote (``ValueError`` for anything else)."""
         try:
             n, base, cap, mult, jitter, on, no = json.loads(text)
-            return cls(n, base, cap, mult, jitter, tuple(on), tuple(no))
+            policy = cls(n, base, cap, mult, jitter, (), ())
+            # The stored names as written (by exception_name): not judged again, so a class
+            # this process cannot see still reads back.
+            for field, names in (("retry_on", on), ("no_retry_on", no)):
+                if not all(isinstance(x, str) and x for x in names):
+                    raise ValueError(f"{field} holds a name that is not text")
+                object.__setattr__(policy, field, tuple(names))
+            return policy
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a stored retry policy: {text[:200]!r} ({exc})") from None
 

@@ -64,6 +64,8 @@ class VeryFlaky(Flaky):
         ({"retry_on": (int,)}, TypeError),
         ({"retry_on": ValueError}, TypeError),  # a class, not a tuple of them
         ({"no_retry_on": ("not a name",)}, TypeError),
+        ({"retry_on": ("int",)}, TypeError),  # a builtin, not an exception
+        ({"no_retry_on": ("ValueErorr",)}, TypeError),  # a typo of a builtin exception
     ],
 )
 def test_a_bad_retry_policy_is_refused(options: dict[str, Any], error: type[Exception]) -> None:
@@ -72,6 +74,8 @@ def test_a_bad_retry_policy_is_refused(options: dict[str, Any], error: type[Exce
 
 
 def test_exceptions_match_through_the_class_hierarchy_by_name() -> None:
+    assert RetryPolicy(retry_on=("myapp.errors.Flaky", "KeyError")).retry_on == (
+        "myapp.errors.Flaky", "KeyError")  # fmt: skip
     policy = RetryPolicy(retry_on=(Flaky, "OSError"), no_retry_on=(VeryFlaky,))
     assert policy.retry_on == (exception_name(Flaky), "OSError")
     assert policy.retries(Flaky()) and policy.retries(ConnectionError())  # OSError's child

@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -120,12 +121,20 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
+#: Held while a line that must be the last one is printed: an error ends the output (a hint
+#: printed by another thread, ``cli/worker.py``'s Ctrl-C line, is not printed after it).
+LAST_WORD = threading.Lock()
+ERRORED = threading.Event()
+
+
 def say_error(message: str) -> None:
     """``error: message`` on one line of stderr; the message is plain text, never markup.
     A line break in it (a driver's error quoted: libpq's have them) becomes a space."""
     # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
-    err.print(Text("error:", style="red") + Text(f" {one_line(message)}"), highlight=False,
-              soft_wrap=True)  # fmt: skip
+    with LAST_WORD:
+        ERRORED.set()
+        err.print(Text("error:", style="red") + Text(f" {one_line(message)}"), highlight=False,
+                  soft_wrap=True)  # fmt: skip
 
 
 @contextmanager

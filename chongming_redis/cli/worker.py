@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from chongming_redis.cli.common import (
+    ERRORED,
+    LAST_WORD,
     BucketsOpt,
     ClusterOpt,
     DurabilityOpt,
@@ -121,7 +123,9 @@ def say_ctrl_c_once_handled(timeout: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.01)
-        err.print(CTRL_C, highlight=False, soft_wrap=True)
+        with LAST_WORD:  # never after an error: that stays the last line
+            if not ERRORED.is_set():
+                err.print(CTRL_C, highlight=False, soft_wrap=True)
 
     threading.Thread(target=wait, name="ctrl-c-hint", daemon=True).start()
 

@@ -25,12 +25,14 @@ def _is_start(entry: Transition) -> bool:
 def check_not_before(
     histories: Mapping[str, Sequence[Transition]],
     finals: Mapping[str, TaskSnapshot | None],
-    tolerance: float = 0.1,
+    tolerance: float = 0.5,
 ) -> list[Violation]:
     """No start before its ``not_before`` (the times are the server's: the workers' clocks
-    follow it). A retry's is its entry's time plus the delay its reason gives (``in 1.5s``,
-    rounded to 0.1 s, hence ``tolerance``); a submitted delay is the final snapshot's
-    ``not_before``, checked for a task started once."""
+    follow it, each through its own estimate of the server's TIME, which a reply the fault
+    proxy delays skews until the next resync — the policy checks' ``CLOCKS`` tolerance, hence
+    ``tolerance``: the retry entry and the start are two workers' estimates). A retry's is its
+    entry's time plus the delay its reason gives (``in 1.500s``); a submitted delay is the
+    final snapshot's ``not_before``, checked for a task started once."""
     found = []
     for task_id, history in histories.items():
         starts = [i for i, e in enumerate(history) if _is_start(e)]

@@ -4,42 +4,13 @@ histories: each must trip on the history it exists for and stay quiet on a clean
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import TaskStatus, Transition
 from chongming_redis.stress import start_checks
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-P, R, S, L = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.SUCCEEDED, TaskStatus.LOST
-
-
-def _t(
-    task: str, version: int, frm: TaskStatus | None, to: TaskStatus, reason: str = ""
-) -> Transition:
-    return Transition(task, version, frm, to, T0 + timedelta(seconds=version), reason or None)
-
-
-def _clean(task: str = "a") -> list[Transition]:
-    return [
-        _t(task, 1, None, P, "submitted by d"),
-        _t(task, 2, P, R, "started by w1 (attempt 1)"),
-        _t(task, 3, R, L, "lease of w1 expired"),
-        _t(task, 4, L, P, "retry 2/3 after lost, in 1.0s"),
-        _t(task, 5, P, R, "started by w2 (attempt 2)"),
-        _t(task, 6, R, S),
-    ]
-
-
-def _snap(task: str, version: int, status: TaskStatus) -> TaskSnapshot:
-    return TaskSnapshot(
-        task_id=task,
-        name="step",
-        status=status,
-        status_version=version,
-        created_at=T0,
-        updated_at=T0,
-        attempt=2,
-    )
+# The hand-made histories and snapshots the other checkers' tests use (stress/test_stress.py).
+from stress.test_stress import T0, L, P, R, S, _clean, _snap
 
 
 def _at(task: str, version: int, frm: TaskStatus | None, to: TaskStatus, seconds: float,

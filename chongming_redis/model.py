@@ -14,6 +14,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from chongming_redis.limits import check_refs
 from chongming_redis.policy import MAX_RETENTION, MAX_TIMEOUT, RetryPolicy, check_duration
 from chongming_redis.validation import (
     check_bool,
@@ -157,6 +158,9 @@ class TaskSnapshot:
     deadline: datetime | None = None
     retention: float | None = None
     unique: str | None = None
+    #: The limits the task starts under (``chongming_redis.limits``): its refs, ``"<id>"`` or
+    #: ``"<id>=<key>"``, resolved from its params when it was submitted.
+    limits: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         fields = self.__dict__
@@ -218,6 +222,7 @@ _SNAPSHOT_CHECKS: dict[str, Callable[[Any], Any]] = {
     "deadline": lambda v: check_optional_dt(v, "deadline"),
     "retention": lambda v: check_duration(v, "retention", maximum=MAX_RETENTION),
     "unique": lambda v: check_optional_identifier(v, "unique"),
+    "limits": lambda v: () if v == () else check_refs(v),
 }
 
 #: The fields whose check takes ``None`` and returns it: skipped when ``None`` (the common

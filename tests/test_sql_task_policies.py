@@ -457,10 +457,15 @@ def _insert(database: Database, table: str, row: dict[str, Any]) -> None:
 
 
 _POLICY_COLUMNS = ("retry_policy", "timeout_s", "deadline", "retention_s", "unique_id")
-_NEWER = {1: ("priority", *_POLICY_COLUMNS), 2: _POLICY_COLUMNS}
+#: The columns a database of each old version lacks (version 4 added ``limit_refs``).
+_NEWER = {
+    1: ("priority", *_POLICY_COLUMNS, "limit_refs"),
+    2: (*_POLICY_COLUMNS, "limit_refs"),
+    3: ("limit_refs",),
+}
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_old_database_upgrades_in_place_and_keeps_its_rows(
     database: Database, version: int
 ) -> None:

@@ -22,9 +22,11 @@ this module exports both with the records' encoders and decoders (``__all__``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 
+from chongming_redis.limits import check_refs
 from chongming_redis.model import (
     Command,
     CommandKind,
@@ -108,6 +110,7 @@ SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "deadline",
     "retention_s",
     "unique_id",
+    "limit_refs",
 )
 LEASE_COLUMNS: tuple[str, ...] = ("lease_owner", "lease_until")
 TRANSITION_COLUMNS: tuple[str, ...] = (
@@ -165,6 +168,7 @@ def snapshot_to_row(snapshot: TaskSnapshot) -> Row:
         "deadline": _opt_dt(snapshot.deadline),
         "retention_s": snapshot.retention,
         "unique_id": snapshot.unique,
+        "limit_refs": json.dumps(list(snapshot.limits)) if snapshot.limits else None,
     }
 
 
@@ -236,6 +240,7 @@ def _snapshot_from(r: Reader) -> TaskSnapshot:
         deadline=r.dt("deadline"),
         retention=_seconds(r.number("retention_s")),
         unique=r.text("unique_id"),
+        limits=_limit_refs(r.text("limit_refs")),  # a row written before limits: none
     )
 
 
@@ -244,6 +249,16 @@ def _retry_policy(text: str | None) -> RetryPolicy | None:
         return None if text is None else RetryPolicy.from_json(text)
     except ValueError as exc:
         raise RowError("retry_policy", str(exc)) from None
+
+
+def _limit_refs(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    try:
+        refs = json.loads(text)
+        return check_refs(refs)
+    except (ValueError, TypeError) as exc:
+        raise RowError("limit_refs", f"not a JSON list of limit refs: {exc}") from None
 
 
 def _seconds(value: int | float | None) -> float | None:

@@ -106,6 +106,8 @@ TASK_FIELDS: dict[str, str] = {
     "deadline": "dl",
     "retention_s": "rn",
     "unique_id": "uq",
+    # The limit refs (``chongming_redis.limits``) as a JSON list; absent: none.
+    "limit_refs": "lm",
 }
 TASK_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in TASK_FIELDS.items()}
 

@@ -4,6 +4,7 @@ hashes decoded into records (``lua/query.lua`` picks the index a query walks).""
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable
 from datetime import datetime
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from chongming_redis.errors import CorruptRecord
+from chongming_redis.limits import check_refs
 from chongming_redis.model import Command, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores._redis.keys import (
@@ -153,7 +155,7 @@ _STATUSES = {status.value.encode(): status for status in TaskStatus}
 #: that is not UTF-8 (which the strict decoder refuses), goes the strict way.
 _KNOWN_FIELDS = frozenset(
     f.encode() for f in ("n", "s", "v", "c", "u", "g", "b", "k", "p", "a", "r", "hb", "lo",
-                         "lu", "at", "nb", "pr", "w", "fs", "rt", "to", "dl", "rn", "uq")
+                         "lu", "at", "nb", "pr", "w", "fs", "rt", "to", "dl", "rn", "uq", "lm")
 )  # fmt: skip
 
 
@@ -182,6 +184,12 @@ def _retry_policy(value: bytes) -> RetryPolicy:
     """A stored retry policy. Cached: the tasks of one type share theirs (frozen, so one
     object may serve them all), and parsing the JSON would cost more than the rest."""
     return RetryPolicy.from_json(value.decode())
+
+
+@lru_cache(maxsize=1024)
+def _limit_refs(value: bytes) -> tuple[str, ...]:
+    """A task's stored limit refs (a JSON list). Cached: the tasks of one key share them."""
+    return check_refs(json.loads(value))
 
 
 def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
@@ -219,6 +227,7 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
             deadline=_when(f.get(b"dl")),
             retention=_seconds(f.get(b"rn")),
             unique=None if (unique := f.get(b"uq")) is None else unique.decode(),
+            limits=() if (refs := f.get(b"lm")) is None else _limit_refs(refs),
         )
     except Exception:  # KeyError, UnicodeDecodeError, ValueError, msgpack's own types, ...
         return None

@@ -19,7 +19,8 @@ Tables (``schema_statements``):
   with version 3, with ``expires_at`` (``updated_at + retention`` of a final task, else NULL:
   derived by every statement that writes the row) and two partial indexes: ``tasks_expiry``
   (what ``expire_finished`` removes, earliest first) and the unique ``tasks_unique`` (at most
-  one unfinished task per ``unique_id``: the database itself refuses a second holder).
+  one unfinished task per ``unique_id``: the database itself refuses a second holder);
+  ``limit_refs`` (the task's limit refs, a JSON list) with version 4.
   Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a float stays a float in any
   dialect.
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
@@ -48,7 +49,7 @@ from chongming_redis.errors import UnsupportedSchema
 from chongming_redis.model import TaskStatus
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The final statuses (``TaskStatus.is_terminal``): a task in one holds no unique id and may
 #: expire.
@@ -242,8 +243,14 @@ def _v3(d: Dialect) -> list[str]:
     ]
 
 
+def _v4(d: Dialect) -> list[str]:
+    """Limits: the ``limit_refs`` column (a JSON list of the task's limit refs; NULL for the
+    rows already there: no limits)."""
+    return [f"ALTER TABLE tasks ADD COLUMN limit_refs {d.text}"]
+
+
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2, 3: _v3}
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 

@@ -39,6 +39,7 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._memory_limits import MemoryLimits
 from chongming_redis.stores._memory_policies import MemoryPolicies
 from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores.codec import (
@@ -56,7 +57,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class InMemoryTaskStore(MemoryReads, MemoryPolicies):
+class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits):
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
@@ -68,6 +69,7 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies):
         self._task_commands: dict[str, dict[str, None]] = {}
         self._types: set[str] = set()
         self._feed = MemoryFeed()
+        self._init_limits()
 
     # -- task snapshots --------------------------------------------------------------------
 
@@ -251,7 +253,15 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies):
             ]
             ready.sort(key=_start_rank)
             started = []
-            for row in ready[:limit]:
+            # Limits are judged on the earlier of the caller's clock and this process's.
+            admitted = (
+                ready[:limit]
+                if not self._limit_defs
+                else self._admit(
+                    ready, limit, min(int(moment), encode_dt(datetime.now(timezone.utc)))
+                )
+            )
+            for row in admitted:
                 version = int(row["status_version"]) + 1  # type: ignore[arg-type]
                 row.update(status=TaskStatus.RUNNING.value, status_version=version,
                            updated_at=moment, heartbeat_at=moment, lease_owner=owner,

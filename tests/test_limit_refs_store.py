@@ -15,7 +15,7 @@ import pytest
 from chongming_redis import InMemoryTaskStore, TaskQuery, TaskSnapshot
 from chongming_redis.errors import CorruptRecord
 from chongming_redis.testing.contract.support import PENDING, RUNNING, at
-from chongming_redis.testing.extensions.task_policies import entry
+from chongming_redis.testing.extensions.policy_support import entry
 from tests.support.store_targets import WITH_CLUSTER, store_target
 
 REFS = ("export.concurrency=customer:42/ü {x}*", "payments", "k=é=2")

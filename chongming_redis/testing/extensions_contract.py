@@ -60,6 +60,7 @@ from chongming_redis.testing.extensions.paged_queries import PagedQueryContract
 from chongming_redis.testing.extensions.producer_reads import ProducerReadsContract
 from chongming_redis.testing.extensions.start_order import StartOrderContract
 from chongming_redis.testing.extensions.task_policies import TaskPoliciesContract
+from chongming_redis.testing.extensions.task_retention import TaskRetentionContract
 
 __all__ = ["ExtensionsContract"]
 
@@ -73,6 +74,7 @@ class ExtensionsContract(
     PagedQueryContract,
     DashboardReadsContract,
     TaskPoliciesContract,
+    TaskRetentionContract,
     ContractBase,
 ):
     """The extensions' contract as test methods. Define ``make_store`` and

@@ -113,7 +113,7 @@ class RateLimit:
     ``name``: an id shared by the task types that name it."""
 
     rate: float
-    per: float = 1.0
+    per: float | timedelta = 1.0  # seconds as a float once constructed
     burst: int | None = None
     key: str | None = None
     name: str | None = None
@@ -124,7 +124,7 @@ class RateLimit:
         object.__setattr__(self, "per", _seconds(self.per, "RateLimit.per", MAX_PERIOD))
         if self.burst is None:
             object.__setattr__(self, "burst", max(1, math.ceil(rate)))
-        check_int(self.burst, "RateLimit.burst", minimum=1, maximum=MAX_CONCURRENCY)
+        check_int(self.burst, "RateLimit.burst", minimum=1, maximum=int(MAX_RATE))
         _field(self.key, "RateLimit.key")
         _limit_id(self.name, "RateLimit.name")
 
@@ -132,8 +132,13 @@ class RateLimit:
     def key_field(self) -> str | None:
         return self.key
 
+    @property
+    def period(self) -> float:
+        """``per`` in seconds."""
+        return self.per.total_seconds() if isinstance(self.per, timedelta) else self.per
+
     def definition(self) -> dict[str, Any]:
-        return {"kind": "rate", "rate": self.rate, "per": self.per, "burst": self.burst,
+        return {"kind": "rate", "rate": self.rate, "per": self.period, "burst": self.burst,
                 "key": self.key}  # fmt: skip
 
 
@@ -201,7 +206,10 @@ def key_of(params: object, field: str, limit_id: str) -> str:
             f"limit {limit_id!r}: params field {field!r} must be a str or an int,"
             f" not {type(value).__name__}"
         )
-    key = str(value)
+    try:
+        key = str(value)
+    except ValueError:  # an int too long for str() (over 4300 digits) is no key either
+        key = "x" * (MAX_KEY_BYTES + 1)
     if not key or len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise LimitKeyError(f"limit {limit_id!r}: params field {field!r} gives an empty key or"
                             f" one over {MAX_KEY_BYTES} bytes")  # fmt: skip
@@ -270,4 +278,4 @@ def refill(tokens: float, at_us: int, now_us: int, limit: RateLimit) -> float:
     ``rate / per`` a second, never above ``burst``, never lowered by a clock that went back."""
     elapsed = max(0, now_us - at_us) / 1e6
     assert limit.burst is not None
-    return min(float(limit.burst), tokens + elapsed * limit.rate / limit.per)
+    return min(float(limit.burst), tokens + elapsed * limit.rate / limit.period)

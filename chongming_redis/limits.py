@@ -192,6 +192,14 @@ def _value_at(params: object, path: str) -> object:
     return value
 
 
+def _utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8; a lone surrogate (no UTF-8 at all) counts as too many."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return MAX_KEY_BYTES + 1
+
+
 def key_of(params: object, field: str, limit_id: str) -> str:
     """The key the params field ``field`` gives limit ``limit_id``; ``LimitKeyError`` when the
     field is missing or its value is not a non-empty ``str`` (at most 200 bytes) or an ``int``."""
@@ -210,7 +218,7 @@ def key_of(params: object, field: str, limit_id: str) -> str:
         key = str(value)
     except ValueError:  # an int too long for str() (over 4300 digits) is no key either
         key = "x" * (MAX_KEY_BYTES + 1)
-    if not key or len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+    if not key or _utf8_size(key) > MAX_KEY_BYTES:
         raise LimitKeyError(f"limit {limit_id!r}: params field {field!r} gives an empty key or"
                             f" one over {MAX_KEY_BYTES} bytes")  # fmt: skip
     return key
@@ -245,7 +253,7 @@ def check_refs(value: object) -> tuple[str, ...]:
         limit_id, _, key = ref.partition("=")
         if _ID.match(limit_id) is None or ("=" in ref and not key):
             raise ValueError(f"limit ref {ref!r} is not '<id>' or '<id>=<key>'")
-        if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        if _utf8_size(key) > MAX_KEY_BYTES:
             raise ValueError(f"limit ref {ref!r} has a key over {MAX_KEY_BYTES} bytes")
         if limit_id in seen:
             raise ValueError(f"limits names {limit_id!r} twice")

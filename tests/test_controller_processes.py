@@ -337,7 +337,7 @@ def test_sigkill_holder_lost_only_after_lease_then_retried(
     target: StoreTarget, store: Any, coord: Any, tmp_path: Path
 ) -> None:
     namespace = target.namespace
-    lease, steps = 2.0, 30
+    lease, steps = 2.0, 60  # 6 s of work: w2 may take seconds to start on a loaded machine
     client = client_controller(store, task_lease=lease)
     with apps(tmp_path, target) as workers:
         w1 = workers.start("w1", "--task-lease", str(lease))

@@ -348,3 +348,10 @@ def test_limit_conflict_message() -> None:
     assert isinstance(exc, ValueError)
     assert "'send.rate'" in str(exc) and "--replace-limits" in str(exc)
     assert (exc.limit_id, exc.recorded, exc.given) == ("send.rate", '{"a":1}', '{"a":2}')
+
+
+def test_a_key_with_a_lone_surrogate_is_refused() -> None:
+    with pytest.raises(LimitKeyError):
+        key_of({"k": "a\ud800"}, "k", "l")
+    with pytest.raises(ValueError):
+        check_refs(["l=a\ud800"])

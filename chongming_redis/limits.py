@@ -66,20 +66,19 @@ def _seconds(value: object, what: str, maximum: float) -> float:
     return seconds
 
 
-def _field(value: object, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not _FIELD.match(value):
-        raise ValueError(f"{what} must name a params field (such as 'customer_id'), not {value!r}")
+def _matching(value: object, pattern: re.Pattern[str], what: str, shape: str) -> str | None:
+    """``value`` if it is ``None`` or a ``str`` that ``pattern`` matches, else ``ValueError``."""
+    if value is not None and (not isinstance(value, str) or not pattern.match(value)):
+        raise ValueError(f"{what} must be {shape}, not {value!r}")
     return value
+
+
+def _field(value: object, what: str) -> str | None:
+    return _matching(value, _FIELD, what, "the name of a params field (such as 'customer_id')")
 
 
 def _limit_id(value: object, what: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not _ID.match(value):
-        raise ValueError(f"{what} must be 1..100 of A-Z a-z 0-9 _ . : -, not {value!r}")
-    return value
+    return _matching(value, _ID, what, "1..100 of A-Z a-z 0-9 _ . : -")
 
 
 @dataclass(frozen=True)

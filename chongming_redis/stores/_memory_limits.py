@@ -44,6 +44,7 @@ class MemoryLimits:
 
     _tasks: dict[str, Row]
     _limit_defs: dict[str, str]
+    _limits_by_id: dict[str, Limit]
     _limit_types: dict[str, tuple[str, ...]]
     _token_buckets: dict[str, tuple[float, int]]
 
@@ -53,6 +54,7 @@ class MemoryLimits:
 
     def _init_limits(self) -> None:
         self._limit_defs, self._limit_types, self._token_buckets = {}, {}, {}
+        self._limits_by_id = {}  # the definitions parsed once, when recorded
 
     def record_limits(
         self,
@@ -77,6 +79,7 @@ class MemoryLimits:
                     if recorded is not None and recorded != text:
                         raise LimitConflict(limit_id, recorded, text)
             self._limit_defs.update(checked)
+            self._limits_by_id.update({i: from_json(text) for i, text in checked.items()})
             self._limit_types.update(types)
 
     def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
@@ -112,8 +115,7 @@ class MemoryLimits:
         return taken
 
     def _limit_of(self, ref: str) -> Limit | None:
-        text = self._limit_defs.get(ref_limit_id(ref))
-        return None if text is None else from_json(text)
+        return self._limits_by_id.get(ref_limit_id(ref))
 
     def _held_counts(self) -> dict[str, int]:
         held: dict[str, int] = {}

@@ -95,3 +95,20 @@ def test_a_submitted_delay_is_not_held_against_a_start_before_a_later_retry() ->
                _at("h", 3, R, P, 2, "handed back at shutdown")]  # fmt: skip
     final = replace(_snap("h", 3, P), not_before=T0 + timedelta(seconds=9))
     assert start_checks.check_not_before({"h": history}, {"h": final}) == []
+
+
+def test_quiet_windows_cover_the_harness_faults_and_those_done_beside_it() -> None:
+    from chongming_redis.stress.plumbing import quiet_between
+
+    wall0 = 1000.0
+    # a harness fault from t=2 to t=3 (lease 1: loud until 3 + 2 + 6 = 11), and a reshard a
+    # test did beside the run from 1020 to 1025 (loud from 1019 to 1033)
+    quiet = quiet_between([{"at": 2.0, "t": 3.0}], wall0, 1.0, [(1020.0, 1025.0)])
+    assert not quiet(1000.0, 1001.5) and not quiet(1010.0, 1010.5)
+    assert quiet(1011.5, 1018.5)  # between the two
+    assert not quiet(1018.5, 1019.5) and not quiet(1030.0, 1031.0)
+    assert quiet(1033.5, 1040.0)
+    # one still going (its end unknown yet) is loud from its start on
+    still = quiet_between([], wall0, 1.0, [(1020.0, float("inf"))])
+    assert still(1000.0, 1018.0) and not still(1100.0, 1200.0)
+    assert quiet_between([], wall0, 1.0)(0.0, 1e12)  # no fault: always quiet

@@ -17,6 +17,7 @@ bad input, cross-process races and the stateful equivalence run elsewhere):
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sqlite3
 import subprocess
@@ -114,6 +115,56 @@ def test_the_journal_is_wal_and_synchronous_is_as_asked(
         SqliteTaskStore(path, synchronous="OFF")
     with pytest.raises(ValueError):
         SqliteTaskStore(path, busy_timeout=0)
+
+
+def _open_new_files_in_step(directory: str, files: int, barrier: Any, results: Any) -> None:
+    """One of the processes below: for each new file, wait for the others, then open it."""
+    failures = []
+    for k in range(files):
+        barrier.wait(timeout=60)
+        try:
+            SqliteTaskStore(os.path.join(directory, f"{k}.sqlite3")).close()
+        except StoreUnavailable as exc:
+            failures.append(str(exc))
+    results.put(failures)
+
+
+def test_processes_opening_a_new_file_at_the_same_moment_all_open_it(tmp_path: Path) -> None:
+    """Making a new file WAL upgrades a read lock to a write lock, for which SQLite never calls
+    the busy handler: without a retry about one open in forty failed at once here (two worker
+    children of one parent starting on a new file)."""
+    context = multiprocessing.get_context("spawn")  # no fork of the test process's threads
+    processes, files = 4, 40
+    barrier, results = context.Barrier(processes), context.Queue()
+    openers = [context.Process(target=_open_new_files_in_step,
+                               args=(str(tmp_path), files, barrier, results))
+               for _ in range(processes)]  # fmt: skip
+    for opener in openers:
+        opener.start()
+    failures = [results.get(timeout=120) for _ in openers]
+    for opener in openers:
+        opener.join(30)
+    assert failures == [[]] * processes
+    for k in range(files):
+        with closing(raw(tmp_path / f"{k}.sqlite3")) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+            assert db.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+
+
+def test_a_new_file_locked_past_the_busy_timeout_is_unavailable_and_left_as_it_was(
+    path: Path,
+) -> None:
+    with closing(raw(path)) as other:
+        other.execute("CREATE TABLE theirs (x)")
+        other.execute("BEGIN EXCLUSIVE")  # another client holds the file (not WAL yet)
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"busy timeout .*while opening"):
+            SqliteTaskStore(path, busy_timeout=0.3)
+        assert time.monotonic() - began >= 0.3  # it waited for the lock, then gave up
+        other.execute("COMMIT")
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        names = other.execute("SELECT name FROM sqlite_master").fetchall()
+        assert names == [("theirs",)]  # no schema written
 
 
 # -- the schema ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -115,13 +116,29 @@ class SqliteTaskStore(SqlTaskStore):
 
     def _prepare(self) -> None:
         """WAL mode (persistent in the file) and the schema, on the first connection."""
-        connection = self._connection()
-        with _errors(self, "opening"):
-            (mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
-        if str(mode).lower() != "wal":
+        mode = self._use_wal(self._connection())
+        if mode != "wal":
             raise StoreUnavailable(f"{self.where}: cannot use WAL journal mode (got {mode!r})")
         with self._transaction(write=True) as tx:
             migrate(tx, encode_dt(datetime.now(timezone.utc)), self.where)
+
+    def _use_wal(self, connection: sqlite3.Connection) -> str:
+        """The file's journal mode, set to WAL first if it is not yet. Setting it upgrades the
+        connection's read lock to a write lock, for which SQLite never calls the busy handler
+        (it could deadlock): when other processes open a new file at the same moment, the
+        change fails with ``SQLITE_BUSY`` at once, so it is retried until the busy timeout.
+        Once the file is WAL (the mode persists in it), the read alone answers."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+                if str(mode).lower() != "wal":
+                    (mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
+                return str(mode).lower()
+            except sqlite3.Error as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise _failure(self, exc, "opening") from exc
+            time.sleep(0.005)
 
     # -- connections -----------------------------------------------------------------------
 

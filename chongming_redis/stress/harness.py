@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,9 @@ class Options:
     unsafe: str | None = None  # negative control: CHONGMING_STRESS_UNSAFE for the workers
     workdir: str | None = None
     cluster: bool = False  # --redis names a node of a Redis Cluster
+    #: Wall-clock ``(begin, end)`` of faults done beside the run (a test's reshard or
+    #: failover), filled while it runs: the checkers that need a quiet pool leave them out.
+    outside_faults: list[tuple[float, float]] = field(default_factory=list)
 
 
 def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> WorkerProcesses:
@@ -327,7 +330,8 @@ def run(opts: Options) -> dict[str, Any]:
 
     faults = [r for r in log.records if r.get("op") == "fault"]
     report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency,
-                     quiet=quiet_between(faults, log.wall0, opts.task_lease),
+                     quiet=quiet_between(faults, log.wall0, opts.task_lease,
+                                         opts.outside_faults),
                      policies=policies)  # fmt: skip
     report.update(
         # every acknowledged submit: a task created, or (unique) the holder's id returned

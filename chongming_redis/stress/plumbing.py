@@ -8,7 +8,7 @@ import glob
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,17 @@ def upstream_of(url: str) -> Upstream:
 
 
 def quiet_between(
-    faults: list[dict[str, Any]], wall0: float, task_lease: float
+    faults: list[dict[str, Any]],
+    wall0: float,
+    task_lease: float,
+    outside: Sequence[tuple[float, float]] = (),
 ) -> Callable[[float, float], bool]:
     """Whether a window of wall-clock time saw no fault: each fault counts from a second
     before it began until two task leases and the default start and reconcile intervals after
-    its record (a stopped worker's tasks are LOST and retried by then)."""
-    windows = [(wall0 + f["at"] - 1.0, wall0 + f["t"] + 2 * task_lease + 6.0) for f in faults]
+    its record (a stopped worker's tasks are LOST and retried by then). ``outside``: wall-clock
+    ``(begin, end)`` of faults done beside the harness (a reshard, a failover), the same way."""
+    spans = [(wall0 + f["at"], wall0 + f["t"]) for f in faults] + list(outside)
+    windows = [(begin - 1.0, end + 2 * task_lease + 6.0) for begin, end in spans]
 
     def quiet(since: float, until: float) -> bool:
         return all(until < begin or since > end for begin, end in windows)

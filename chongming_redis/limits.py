@@ -237,6 +237,15 @@ def ref_limit_id(ref: str) -> str:
     return ref.split("=", 1)[0]
 
 
+def check_limit_id(value: object) -> str:
+    """``value`` as a limit id (``[A-Za-z0-9_.:-]``, 1 to 100 characters), else
+    ``TypeError``/``ValueError``."""
+    if not isinstance(value, str):
+        raise TypeError(f"a limit id must be a str, not {type(value).__name__}")
+    _limit_id(value, "a limit id")
+    return value
+
+
 def check_refs(value: object) -> tuple[str, ...]:
     """``value`` as a task's refs (a tuple of ``"<id>"`` / ``"<id>=<key>"``, distinct limit
     ids), else ``TypeError``/``ValueError``."""
@@ -286,3 +295,19 @@ def refill(tokens: float, at_us: int, now_us: int, limit: RateLimit) -> float:
     elapsed = max(0, now_us - at_us) / 1e6
     assert limit.burst is not None
     return min(float(limit.burst), tokens + elapsed * limit.rate / limit.period)
+
+
+@dataclass(frozen=True)
+class LimitUsage:
+    """One ref's use as a store reports it (``LimitsStore.limit_usage``): ``held``, the tasks
+    ``RUNNING`` or ``PAUSED`` that name it (0 for a rate limit, which holds nothing), and
+    ``waiting``, the ``PENDING`` tasks naming it that a start passed over because of it and
+    that have not started since."""
+
+    ref: str
+    held: int
+    waiting: int
+
+    @property
+    def limit_id(self) -> str:
+        return ref_limit_id(self.ref)

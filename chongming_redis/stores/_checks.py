@@ -3,9 +3,10 @@ the same input with the same exception and message (store guide §1)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from chongming_redis.limits import check_limit_id, check_refs, from_json, to_json
 from chongming_redis.model import Command, Progress, TaskQuery, TaskSnapshot, Transition
 from chongming_redis.validation import (
     check_dt,
@@ -175,3 +176,34 @@ def check_task_commands(task_id: object, limit: object) -> int:
 def check_expire(now: object, limit: object) -> tuple[datetime, int]:
     """``expire_finished``'s arguments: an aware ``now`` and ``1 <= limit <= 1000``."""
     return check_dt(now, "now"), check_int(limit, "limit", minimum=1, maximum=1000)
+
+
+def check_record_limits(
+    definitions: object, task_limits: object
+) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """``record_limits``' arguments: each definition parsed and given back as canonical
+    ``limits.to_json`` text (equal definitions are equal strings), each type's limit ids
+    checked and all among the definitions."""
+    if not isinstance(definitions, Mapping) or not isinstance(task_limits, Mapping):
+        raise TypeError("definitions and task_limits must be mappings")
+    checked: dict[str, str] = {}
+    for limit_id, text in definitions.items():
+        check_limit_id(limit_id)
+        if not isinstance(text, str):
+            raise TypeError(f"limit {limit_id!r}: a definition is limits.to_json text")
+        checked[limit_id] = to_json(from_json(text))
+    types: dict[str, tuple[str, ...]] = {}
+    for name, ids in task_limits.items():
+        check_identifier(name, "task type")
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+            raise TypeError(f"task {name!r}: its limits are a sequence of limit ids")
+        types[name] = tuple(check_refs(list(ids)))
+        for limit_id in types[name]:
+            if "=" in limit_id or limit_id not in checked:
+                raise ValueError(f"task {name!r} names limit {limit_id!r}, not defined")
+    return checked, types
+
+
+def check_usage_limit(limit: object) -> int:
+    """``limit_usage``'s ``limit``: 1..10000 refs."""
+    return check_int(limit, "limit", minimum=1, maximum=10_000)

@@ -5,7 +5,9 @@ give tasks limits until every store enforces them.
 The holders of a concurrency ref are derived from the tasks themselves (those ``RUNNING`` or
 ``PAUSED`` whose refs name it), so every write that moves a task out of those statuses frees
 its slot by construction: the reference cannot leak one. A rate ref's token bucket is the only
-state of its own: ``(tokens, at_us)``, refilled lazily at each start on the store's clock.
+state of its own: ``(tokens, at_us)``, refilled lazily at each start on the store's clock. The
+waiters (tasks a start passed over, per ref) are kept as ids and read through the rows: one
+that started or left ``PENDING`` since is not counted.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from chongming_redis.limits import (
     Concurrency,
     Limit,
     LimitConflict,
+    LimitUsage,
     RateLimit,
-    check_refs,
     from_json,
     ref_limit_id,
     refill,
-    to_json,
 )
 from chongming_redis.model import TaskStatus
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import Row
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ class MemoryLimits:
     _limits_by_id: dict[str, Limit]
     _limit_types: dict[str, tuple[str, ...]]
     _token_buckets: dict[str, tuple[float, int]]
+    _limit_waiters: dict[str, set[str]]
 
     if TYPE_CHECKING:
 
@@ -55,6 +58,7 @@ class MemoryLimits:
     def _init_limits(self) -> None:
         self._limit_defs, self._limit_types, self._token_buckets = {}, {}, {}
         self._limits_by_id = {}  # the definitions parsed once, when recorded
+        self._limit_waiters = {}
 
     def record_limits(
         self,
@@ -66,12 +70,7 @@ class MemoryLimits:
         """Record each limit's definition (id -> ``limits.to_json``) and each task type's limit
         ids, all or nothing: a recorded id with another definition is ``LimitConflict`` and
         nothing is written, unless ``replace``."""
-        checked = {limit_id: _definition(limit_id, text) for limit_id, text in definitions.items()}
-        types = {name: tuple(check_refs(list(ids))) for name, ids in task_limits.items()}
-        for name, ids in types.items():
-            for limit_id in ids:
-                if limit_id not in checked:
-                    raise ValueError(f"task {name!r} names limit {limit_id!r}, not defined")
+        checked, types = check.check_record_limits(definitions, task_limits)
         with self._open():
             if not replace:
                 for limit_id, text in checked.items():
@@ -104,7 +103,11 @@ class MemoryLimits:
                         not self._has_room(ref, lim, held, now_us)]  # fmt: skip
             if blocking:
                 refused.update(blocking)
+                for ref in blocking:
+                    self._limit_waiters.setdefault(ref, set()).add(str(row["task_id"]))
                 continue
+            for waiters in self._limit_waiters.values():
+                waiters.discard(str(row["task_id"]))
             for ref, lim in limits:
                 if isinstance(lim, Concurrency):
                     held[ref] = held.get(ref, 0) + 1
@@ -113,6 +116,22 @@ class MemoryLimits:
                     self._token_buckets[ref] = (tokens - 1.0, at)
             taken.append(row)
         return taken
+
+    def limit_usage(self, *, limit: int = 1000) -> list[LimitUsage]:
+        """The refs with a holder or a waiter, busiest first (``LimitsStore``)."""
+        size = check.check_usage_limit(limit)
+        with self._open():
+            held = self._held_counts()
+            waiting = {ref: sum(1 for task_id in ids if self._still_waiting(task_id, ref))
+                       for ref, ids in self._limit_waiters.items()}  # fmt: skip
+        refs = {ref for ref, n in held.items() if n} | {ref for ref, n in waiting.items() if n}
+        usage = [LimitUsage(ref, held.get(ref, 0), waiting.get(ref, 0)) for ref in refs]
+        usage.sort(key=lambda u: (-(u.held + u.waiting), u.ref))
+        return usage[:size]
+
+    def _still_waiting(self, task_id: str, ref: str) -> bool:
+        row = self._tasks.get(task_id)
+        return row is not None and row["status"] == TaskStatus.PENDING.value and ref in refs_of(row)
 
     def _limit_of(self, ref: str) -> Limit | None:
         return self._limits_by_id.get(ref_limit_id(ref))
@@ -139,10 +158,3 @@ class MemoryLimits:
         if isinstance(lim, RateLimit):
             return self._tokens(ref, lim, now_us)[0] >= 1.0
         return True  # a ref naming no recorded limit is not limited
-
-
-def _definition(limit_id: str, text: str) -> str:
-    if not isinstance(text, str):
-        raise TypeError(f"limit {limit_id!r}: a definition is limits.to_json text")
-    check_refs([limit_id])
-    return to_json(from_json(text))  # canonical: equal definitions are equal text

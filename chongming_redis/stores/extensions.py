@@ -14,11 +14,12 @@ Like the protocol methods, every extension method refuses bad arguments with
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from chongming_redis.errors import StoreError
+from chongming_redis.limits import LimitUsage
 from chongming_redis.model import (
     Command,
     CommandBacklog,
@@ -304,6 +305,55 @@ class TaskPoliciesStore(Protocol):
         ...
 
 
+@runtime_checkable
+class LimitsStore(Protocol):
+    """The store enforces the limits (``chongming_redis.limits``) where tasks start, in the
+    same atomic step as the start.
+
+    * **definitions**: ``record_limits`` records each limit's definition (id -> ``to_json``
+      text, compared canonically) and each task type's limit ids, all or nothing: an id
+      recorded with another definition is ``LimitConflict`` and nothing is written, unless
+      ``replace``. A ref (``TaskSnapshot.limits``) whose limit id is not recorded limits
+      nothing.
+    * **concurrency**: ``start_tasks`` starts a task only while fewer than ``max`` tasks
+      ``RUNNING`` or ``PAUSED`` name each of its concurrency refs. The holders are the tasks
+      themselves: every write that moves a task out of ``RUNNING``/``PAUSED`` (an end, a stop,
+      a hand-back, a ``LOST`` found by a reconcile, a retry, a prune) frees its slot in that
+      write, and one that moves a task into them (a ``save``, a ``create``) takes one, never
+      refused; no reaper, no lock timeout.
+    * **rate**: each rate ref is a token bucket of ``burst`` tokens refilled at ``rate / per``
+      a second on the store's clock (the earlier of the caller's ``now`` and the store's own,
+      never counted back), and a start spends one token of each.
+    * **order**: a task a ref refuses stays ``PENDING`` as it was (version, attempt, history)
+      and is passed over; in the same call, later tasks (start order) naming a refused ref are
+      refused too (first come, first served within a ref), while those naming none are
+      started: a full ref holds back no task outside it, whatever the backlog behind it, and
+      the work of a call stays bounded by its ``limit``, not by that backlog."""
+
+    def record_limits(
+        self,
+        definitions: Mapping[str, str],
+        task_limits: Mapping[str, Sequence[str]],
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Record the definitions (limit id -> ``limits.to_json`` text) and each task type's
+        limit ids (every id among the definitions); ``LimitConflict`` unless ``replace`` when a
+        recorded id has another definition; ``ValueError``/``TypeError`` for bad input. All or
+        nothing."""
+        ...
+
+    def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+        """``(limit id -> definition JSON, task type -> its limit ids)`` as recorded."""
+        ...
+
+    def limit_usage(self, *, limit: int = 1000) -> list[LimitUsage]:
+        """The refs with a holder or a waiter, at most ``limit`` (1..10000), busiest first
+        (``held + waiting`` descending, then ref). Waiters are counted once a start passed
+        them over; a task that started or left ``PENDING`` since is not one."""
+        ...
+
+
 #: Protocol name -> the members a store needs for it (what ``isinstance`` checks).
 EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "BatchingStore": ("commit_tasks", "start_tasks"),
@@ -319,6 +369,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "CommandInspectingStore": ("task_commands", "command_backlog"),
     "WorkerBeatsStore": ("worker_beats",),
     "TaskPoliciesStore": ("expire_finished", "unique_holder", "expiry_backlog"),
+    "LimitsStore": ("record_limits", "limit_definitions", "limit_usage"),
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -335,6 +386,7 @@ EXTENSIONS: dict[str, type] = {
     "CommandInspectingStore": CommandInspectingStore,
     "WorkerBeatsStore": WorkerBeatsStore,
     "TaskPoliciesStore": TaskPoliciesStore,
+    "LimitsStore": LimitsStore,
 }
 
 

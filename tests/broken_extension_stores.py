@@ -50,6 +50,7 @@ EXPECTED = frozenset(
         "PagedQueryStore",
         "CommandInspectingStore",
         "TaskPoliciesStore",
+        "LimitsStore",
     }
 )
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED

@@ -31,9 +31,16 @@ MEMORY = frozenset(
         "PagedQueryStore",
         "CommandInspectingStore",
         "TaskPoliciesStore",
+        "LimitsStore",
     }
 )
-REDIS = MEMORY | {"BucketPoolStore", "NudgeStore", "RecordedBucketsStore", "WorkerBeatsStore"}
+#: The limits are enforced by the in-memory reference first; the other stores follow.
+REDIS = (MEMORY - {"LimitsStore"}) | {
+    "BucketPoolStore",
+    "NudgeStore",
+    "RecordedBucketsStore",
+    "WorkerBeatsStore",
+}
 #: The SQL stores implement the task policies too (``SqlTaskStore``, shared by SQLite and
 #: PostgreSQL); ``SQLITE_EXTENSIONS`` (tests/support/sqlite_files.py) may not list it yet.
 SQLITE = SQLITE_EXTENSIONS | {"TaskPoliciesStore"}

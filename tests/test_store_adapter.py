@@ -92,7 +92,7 @@ def test_the_adapter_resolves_each_extension_of_each_store(
     assert not any(isinstance(minimal, proto) for proto in EXTENSIONS.values())
     redis_store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     expected: list[tuple[Any, set[str]]] = [
-        (InMemoryTaskStore(), BUILT_IN),
+        (InMemoryTaskStore(), BUILT_IN | {"LimitsStore"}),
         (redis_store, BUILT_IN | REDIS_ONLY),
         (minimal, set()),
     ]

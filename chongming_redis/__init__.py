@@ -20,6 +20,7 @@ from chongming_redis.errors import (
     TaskAlreadyExists,
     UniqueTaken,
 )
+from chongming_redis.limits import Concurrency, LimitConflict, LimitKeyError, RateLimit
 from chongming_redis.model import (
     ChangePage,
     Command,
@@ -62,6 +63,7 @@ __all__ = [
     "CommandKind",
     "CommandNotFound",
     "CommandTimeout",
+    "Concurrency",
     "ConcurrencyConflict",
     "Controller",
     "CorruptRecord",
@@ -70,9 +72,12 @@ __all__ = [
     "InMemoryTaskStore",
     "InvalidCursor",
     "InvalidParams",
+    "LimitConflict",
+    "LimitKeyError",
     "NonRetryable",
     "PostgresTaskStore",
     "Progress",
+    "RateLimit",
     "RedisTaskStore",
     "RetryPolicy",
     "SqliteTaskStore",

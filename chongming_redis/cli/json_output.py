@@ -12,6 +12,9 @@ Statuses are their lowercase values; times are RFC 3339 in UTC with microseconds
                        "buckets": [{"bucket", "counts": {status: n}}, ...] (non-empty ones),
                        "workers": [{"worker", "heartbeat_until", "alive", "buckets": [...]}]}
     reconcile --json  {"namespace", "lost": [id, ...], "retried": [...], "stalled": [...]}
+    limits --json     {"namespace", "limits": [{"id", "definition": {...} or null, "task_types":
+                       [...], "held", "waiting", "refs", "busiest": [{"ref", "key", "held",
+                       "waiting"}, ...]}, ...]}
 
 ``params`` and ``result`` are as stored; bytes in them become ``{"base64": "..."}``.
 """
@@ -19,12 +22,16 @@ Statuses are their lowercase values; times are RFC 3339 in UTC with microseconds
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chongming_redis.feed.wire import item_to_json
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+
+if TYPE_CHECKING:
+    from chongming_redis.runtime.limit_defs import LimitRow
 
 
 def _time(moment: datetime | None) -> str | None:
@@ -133,3 +140,23 @@ def reconcile_json(
 ) -> dict[str, Any]:
     return {"namespace": namespace, "lost": list(lost), "retried": list(retried),
             "stalled": list(stalled)}  # fmt: skip
+
+
+def limits_json(
+    namespace: str, rows: Iterable[LimitRow], task_limits: Mapping[str, Iterable[str]]
+) -> dict[str, Any]:
+    """``limits --json``: each limit, its sums over its refs and its busiest refs (``key``:
+    the params value of a per-key limit, ``null`` for one without a key)."""
+    types: dict[str, list[str]] = {}
+    for name, ids in sorted(task_limits.items()):
+        for limit_id in ids:
+            types.setdefault(limit_id, []).append(name)
+    return {"namespace": namespace, "limits": [
+        {"id": row.limit_id,
+         "definition": None if row.definition is None else json.loads(row.definition),
+         "task_types": types.get(row.limit_id, []), "held": row.held, "waiting": row.waiting,
+         "refs": row.refs,
+         "busiest": [{"ref": u.ref, "key": u.ref.partition("=")[2] if "=" in u.ref else None,
+                      "held": u.held, "waiting": u.waiting} for u in row.busiest]}
+        for row in rows
+    ]}  # fmt: skip

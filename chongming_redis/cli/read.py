@@ -1,8 +1,9 @@
-"""The read commands: ``tasks``, ``show``, ``stats``, ``reconcile`` (which also writes, and reports
-what it did) and ``changes`` (the change feed as JSON lines). Tables for people (``cli/render.py``),
-``--json`` for scripts (``cli/json_output.py`` documents the keys); a namespace with no tasks says
-so instead of printing an empty table. They do not check the server's durability settings: that
-warning belongs to the commands that write, not to every look.
+"""The read commands: ``tasks``, ``show``, ``stats``, ``limits``, ``reconcile`` (which also
+writes, and reports what it did) and ``changes`` (the change feed as JSON lines). Tables for
+people (``cli/render.py``), ``--json`` for scripts (``cli/json_output.py`` documents the keys);
+a namespace with no tasks says so instead of printing an empty table. They do not check the
+server's durability settings: that warning belongs to the commands that write, not to every
+look.
 """
 
 from __future__ import annotations
@@ -179,6 +180,47 @@ def stats(
                          f"removed by the workers; {when}", highlight=False)  # fmt: skip
         for one in stranded:
             screen.print(f"warning: {describe(one)}", style="yellow", highlight=False)
+
+
+@commands.command(epilog="Example: chongming-redis limits --busiest 10 --json")
+def limits(
+    busiest: Annotated[int, typer.Option(help="the busiest keys shown per limit")] = 5,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    redis: RedisOpt = None,
+    store_url: StoreOpt = None,
+    namespace: NamespaceOpt = "default",
+    durability_replicas: DurabilityOpt = 0,
+    cluster: ClusterOpt = False,
+) -> None:
+    """Each limit the workers recorded: its definition, tasks holding it and waiting on it,
+    and its busiest keys."""
+    from chongming_redis.runtime.limit_defs import USAGE_READ, limit_rows
+    from chongming_redis.stores.extensions import LimitsStore
+
+    with user_errors():
+        if busiest < 0:
+            raise UserError(f"--busiest must be at least 0, not {busiest}")
+        store = open_store(redis, namespace, store_url=store_url, check_server=False,
+                           durability_replicas=durability_replicas, cluster=cluster)  # fmt: skip
+        if not isinstance(store, LimitsStore):
+            raise UserError(f"{type(store).__name__} does not record limits (it is no "
+                            "LimitsStore)")  # fmt: skip
+        definitions, task_limits = store.limit_definitions()
+        rows = limit_rows(definitions, store.limit_usage(limit=USAGE_READ), busiest=busiest)
+        if as_json:
+            from chongming_redis.cli.json_output import limits_json
+
+            print_json(limits_json(namespace, rows, task_limits))
+            return
+        if not rows:
+            console.print(f"{where(namespace, redis or store_url)} has no limits recorded "
+                          "(a worker records its app's when it starts)", highlight=False,
+                          soft_wrap=True)  # fmt: skip
+            return
+        from chongming_redis.cli.render import limits_table
+
+        out(wide=wide).print(limits_table(rows, task_limits))
 
 
 @commands.command(epilog="Example: chongming-redis reconcile --json")

@@ -23,6 +23,8 @@ from chongming_redis.model import Progress, TaskSnapshot, TaskStatus, Transition
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from chongming_redis.runtime.limit_defs import LimitRow
+
 STATUS_STYLES = {
     TaskStatus.PENDING: "cyan",
     TaskStatus.RUNNING: "bold blue",
@@ -181,6 +183,8 @@ def _policy_fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text |
         yield "retention", kept
     if s.unique is not None:
         yield "unique", Text(s.unique)
+    if s.limits:  # its refs, frozen at submit (``chongming-redis limits`` shows their use)
+        yield "limits", Text(", ".join(s.limits))
 
 
 def _fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:
@@ -320,3 +324,23 @@ def reconcile_lines(lost: Sequence[str], retried: Sequence[str], stalled: Sequen
 
 def _entries(n: int) -> str:
     return f"{n} entry" if n == 1 else f"{n} entries"
+
+
+def limits_table(rows: Sequence[LimitRow], task_limits: Mapping[str, Sequence[str]]) -> Table:
+    """``chongming-redis limits``: a row per limit, then a row per busiest key under it."""
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} limit(s)", title_justify="left")
+    for column in ("limit", "definition", "task types", "held", "waiting"):
+        table.add_column(column, justify="right" if column in ("held", "waiting") else "left")
+    for row in rows:
+        types = ", ".join(sorted(n for n, ids in task_limits.items() if row.limit_id in ids))
+        table.add_row(Text(row.limit_id), Text(row.described), Text(types or "–"),
+                      str(row.held), str(row.waiting))  # fmt: skip
+        for one in row.busiest:
+            key = one.ref.partition("=")[2] if "=" in one.ref else "(all)"
+            table.add_row(Text(f"  {key}", style="dim"), "", "", str(one.held), str(one.waiting))
+        if row.refs > len(row.busiest):
+            table.add_row(Text(f"  ... {row.refs - len(row.busiest)} more key(s)", style="dim"),
+                          "", "", "", "")  # fmt: skip
+    return table

@@ -84,6 +84,8 @@ class WorkerOptions:
     durability_replicas: int = 0
     #: ``--cluster``: the Redis URL names a node of a Redis Cluster.
     cluster: bool = False
+    #: ``--replace-limits``: record the app's limit definitions over differing recorded ones.
+    replace_limits: bool = False
 
 
 def log_level(text: str) -> str:
@@ -146,7 +148,9 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     retry = options.retry or worker_default()
     config = polling_for(store, options.config)
     controller = Controller(store, app=app, owner=owner, config=config, retry=retry,
-                            buckets=BucketPolicy(options.num_buckets), events=events)  # fmt: skip
+                            buckets=BucketPolicy(options.num_buckets), events=events,
+                            replace_limits=options.replace_limits)  # fmt: skip
+    controller.record_limits()  # a LimitConflict: one line (user_errors), nothing started
     controller.join_pool(worker_lease=options.worker_lease)
     logging.getLogger("chongming_redis.worker").info(
         "worker %s: %s, %d slots, up to %d attempts per task",
@@ -218,6 +222,7 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
             embedded = EmbeddedRedis().start()
             options = dataclasses.replace(options, redis=embedded.url)
             _say(f"started a private {embedded.describe()} at {options.redis}")
+        record_limits_once(options)
         say_ctrl_c_once_handled()
         status = supervise_children(child, processes, say=_say, on_exit=on_exit)
     finally:
@@ -228,6 +233,22 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
             embedded.stop()
     if status != 0:
         raise typer.Exit(status)
+
+
+def record_limits_once(options: WorkerOptions) -> None:
+    """The parent records the app's limits before any child starts: a conflict is then one
+    line, not one per child (each child records them again, the same: no conflict)."""
+    from chongming_redis.runtime.store_adapter import StoreAdapter
+
+    definitions, task_limits = load_app(options.app_spec).limit_definitions()
+    if not definitions:
+        return
+    store = open_store(options.redis, options.namespace, store_url=options.store_url,
+                       create=True, check_server=False, cluster=options.cluster)  # fmt: skip
+    try:
+        StoreAdapter(store).record_limits(definitions, task_limits, replace=options.replace_limits)
+    finally:
+        store.close()
 
 
 def _store_module(options: WorkerOptions) -> str:
@@ -350,6 +371,12 @@ def worker(
     metrics_host: Annotated[
         str, typer.Option(help="the address --metrics-port listens on")
     ] = "127.0.0.1",
+    replace_limits: Annotated[
+        bool,
+        typer.Option("--replace-limits",
+                     help="record this app's limit definitions over the ones recorded in the "
+                          "store (default: a different one refuses to start)"),
+    ] = False,
 ) -> None:  # fmt: skip
     """Run tasks of APP: join the namespace's pool and serve a share of its buckets.
 
@@ -386,7 +413,7 @@ def worker(
                                     metrics_host=metrics_host, metrics_port=port,
                                     metrics_dir=metrics_dir, store_url=store_url,
                                     durability_replicas=durability_replicas,
-                                    cluster=cluster)  # fmt: skip
+                                    cluster=cluster, replace_limits=replace_limits)  # fmt: skip
             configure_logging(level)
             if parent:
                 run_workers(options, processes)

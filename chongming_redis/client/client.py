@@ -31,6 +31,7 @@ from chongming_redis.client.flows import (
     Now,
     Nudge,
     RecordedBuckets,
+    RecordedLimits,
     Sleep,
     SubmitCommand,
     TaskNotFinished,
@@ -282,6 +283,8 @@ class Client(ClientFlows):
                 return self.adapter.recorded_num_buckets()
             case TaskTypes():
                 return self.adapter.task_types()
+            case RecordedLimits():
+                return self.adapter.limit_definitions()
             case Nudge(topic):
                 return self._nudge(topic)
         raise TypeError(f"not an effect: {effect!r}")

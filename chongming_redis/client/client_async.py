@@ -33,6 +33,7 @@ from chongming_redis.client.flows import (
     Now,
     Nudge,
     RecordedBuckets,
+    RecordedLimits,
     Sleep,
     SubmitCommand,
     TaskNotFinished,
@@ -255,6 +256,10 @@ class AsyncClient(ClientFlows):
                 return await self.store.recorded_num_buckets()
             case TaskTypes():
                 return await self.store.task_types()
+            case RecordedLimits():
+                # The async Redis store reads them once it records limits (LimitsStore).
+                reader = getattr(self.store, "limit_definitions", None)
+                return None if reader is None else await reader()
             case Nudge(topic):
                 # The store's create and commit scripts publish the work nudge themselves.
                 return None if topic == WORK else await self.store.publish(topic)

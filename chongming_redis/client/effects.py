@@ -71,9 +71,16 @@ class TaskTypes:
     when the store does not record them."""
 
 
+@dataclass(frozen=True)
+class RecordedLimits:
+    """The limit definitions the namespace's workers recorded (``LimitsStore
+    .limit_definitions()``: ``(id -> JSON, type -> ids)``), or ``None`` when the store records
+    none."""
+
+
 Effect = (
     Now | Sleep | GetTask | Commit | SubmitCommand | GetCommand | RecordedBuckets | Nudge
-    | TaskTypes
+    | TaskTypes | RecordedLimits
 )  # fmt: skip
 Flow = Generator[Effect, Any, T]
 

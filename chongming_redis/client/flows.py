@@ -34,6 +34,7 @@ from chongming_redis.client.effects import (
     Now,
     Nudge,
     RecordedBuckets,
+    RecordedLimits,
     Sleep,
     SubmitCommand,
     TaskTypes,
@@ -41,6 +42,7 @@ from chongming_redis.client.effects import (
     drive,
 )
 from chongming_redis.errors import StoreError, UniqueTaken
+from chongming_redis.limits import BoundLimit
 from chongming_redis.model import (
     Command,
     CommandKind,
@@ -52,14 +54,15 @@ from chongming_redis.runtime import submission
 from chongming_redis.runtime.app import App, TaskType, UnknownTask
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance
+from chongming_redis.runtime.limit_defs import DefinitionsCache
 from chongming_redis.runtime.notify import WORK
 from chongming_redis.stores.extensions import keeps_unique_ids
 from chongming_redis.validation import check_identifier
 
 __all__ = [
     "ClientFlows", "CommandTimeout", "Commit", "Effect", "Flow", "GetCommand", "GetTask", "Now",
-    "Nudge", "RecordedBuckets", "Sleep", "SubmitCommand", "TaskNotFinished", "TaskNotFound",
-    "TaskTypes", "adrive", "drive",
+    "Nudge", "RecordedBuckets", "RecordedLimits", "Sleep", "SubmitCommand", "TaskNotFinished",
+    "TaskNotFound", "TaskTypes", "adrive", "drive",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -121,6 +124,7 @@ class ClientFlows:
         self._num_buckets = None if num_buckets is None else BucketPolicy(num_buckets).num_buckets
         self._buckets: BucketPolicy | None = None
         self._known_types: frozenset[str] = frozenset()
+        self._recorded_limits = DefinitionsCache()
 
     @property
     def _keeps_unique(self) -> bool:
@@ -147,6 +151,16 @@ class ClientFlows:
                     f"{', '.join(sorted(known))}); give the client app= to validate parameters too"
                 )
         return name, task_type
+
+    def _limits_flow(self, name: str, task_type: TaskType | None) -> Flow[tuple[BoundLimit, ...]]:
+        """The limits a task of ``name`` is submitted under when no ``TaskType`` is known: the
+        definitions its workers recorded (read again every few seconds). A type no worker has
+        recorded yet gets none (``docs/runtime.md``, *Limits*)."""
+        if task_type is not None:
+            return ()
+        if not self._recorded_limits.fresh():
+            self._recorded_limits.update((yield RecordedLimits()))
+        return self._recorded_limits.of(name)
 
     def _submit_flow(
         self,
@@ -175,8 +189,10 @@ class ClientFlows:
                                   not_before=not_before_of(now, delay, not_before),
                                   **policies)  # fmt: skip
         buckets = yield from self._bucket_policy_flow()
+        recorded = yield from self._limits_flow(name, task_type)
         snapshot, transition = submission.new_task(spec, task_type, now=now, buckets=buckets,
-                                                   submitted_by=self.name)  # fmt: skip
+                                                   submitted_by=self.name,
+                                                   recorded_limits=recorded)  # fmt: skip
         (error,) = yield Commit([(snapshot, None, [transition])])
         if isinstance(error, UniqueTaken):
             return error.holder, False
@@ -203,13 +219,15 @@ class ClientFlows:
         now: datetime = yield Now()
         when = not_before_of(now, delay, None)
         buckets, tag_set = (yield from self._bucket_policy_flow()), frozenset(tags)
+        recorded = yield from self._limits_flow(name, task_type)
         prepared = []
         for params in params_list:
             spec = submission.NewTask(name, params, key=key, tags=tag_set, priority=priority,
                                       pipeline_run_id=pipeline_run_id, not_before=when,
                                       **policies)  # fmt: skip
             prepared.append(submission.new_task(spec, task_type, now=now, buckets=buckets,
-                                                submitted_by=self.name))  # fmt: skip
+                                                submitted_by=self.name,
+                                                recorded_limits=recorded))  # fmt: skip
             # Each task its own instant, in submission order: listings (ordered by created_at)
             # show a batch in the order it was given, as separate submits would.
             now = max((yield Now()), now + _MICROSECOND)

@@ -28,6 +28,7 @@ from chongming_redis.dashboard.reads import (
     read_commands,
     read_list,
     read_task,
+    read_task_limits,
     read_tasks,
 )
 from chongming_redis.dashboard.state import DashboardState
@@ -231,7 +232,8 @@ async def task_events(request: Request) -> Response:
                 parts = dash.renderer.parts(
                     {"task-summary": "task_summary", "task-progress": "task_progress",
                      "task-history": "history", "task-commands": "commands",
-                     "task-control": "task_control", "task-outcome": "task_outcome"},
+                     "task-control": "task_control", "task-outcome": "task_outcome",
+                     "task-limits": "task_limits"},
                     page=page, **context,
                 )  # fmt: skip
                 chunk = changes.frame({**parts, **_alert(dash, None)})
@@ -263,4 +265,5 @@ async def _refresh(dash: DashboardState, task_id: str, page: TaskPage | None) ->
     commands = page.commands
     if task.status in LIVE or task.status_version != page.task.status_version:
         commands = await to_thread.run_sync(read_commands, dash.store, task_id)
-    return TaskPage(task, history, commands)
+    limits = await to_thread.run_sync(read_task_limits, dash.store, task)
+    return TaskPage(task, history, commands, limits)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from chongming_redis.dashboard.reads import read_overview
+from chongming_redis.dashboard.reads import Overview, read_overview
 from chongming_redis.stores.protocol import TaskStore
 
 
@@ -61,6 +61,8 @@ class StoreCollector(Collector):
             yield _gauge("chongming_command_oldest_unclaimed_age_seconds",
                          "Age of the oldest unclaimed command (0 when there is none).", ns,
                          ov.oldest_unclaimed_age or 0.0)  # fmt: skip
+        if ov.limits is not None:
+            yield from _limit_gauges(ns, ov)
         if ov.feed is not None:
             yield _gauge("chongming_feed_head", "The change feed's last position issued.", ns,
                          ov.feed.head)  # fmt: skip
@@ -70,6 +72,22 @@ class StoreCollector(Collector):
             yield _gauge("chongming_feed_tombstones",
                          "Tombstones of pruned tasks the feed keeps (they only grow).", ns,
                          ov.feed.tombstones)  # fmt: skip
+
+
+def _limit_gauges(namespace: str, ov: Overview) -> Iterator[Metric]:
+    """Per limit id: the tasks holding it (``RUNNING``/``PAUSED``; always 0 for a rate limit)
+    and the ``PENDING`` tasks a start passed over because of it, summed over its keys."""
+    held = GaugeMetricFamily("chongming_limit_held",
+                             "Tasks holding a slot of the limit (RUNNING or PAUSED).",
+                             labels=["namespace", "limit"])  # fmt: skip
+    waiting = GaugeMetricFamily("chongming_limit_waiting",
+                                "PENDING tasks a start passed over because of the limit.",
+                                labels=["namespace", "limit"])  # fmt: skip
+    for row in ov.limits or ():
+        held.add_metric([namespace, row.limit_id], row.held)
+        waiting.add_metric([namespace, row.limit_id], row.waiting)
+    yield held
+    yield waiting
 
 
 def _gauge(name: str, documentation: str, namespace: str, value: float) -> GaugeMetricFamily:

@@ -22,11 +22,13 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.runtime.limit_defs import LimitRow, RefState, limit_rows, ref_states
 from chongming_redis.runtime.stranded import Stranded, stranded_types
 from chongming_redis.stores.extensions import (
     BucketCountingStore,
     BucketPoolStore,
     CommandInspectingStore,
+    LimitsStore,
     PagedQueryStore,
     ServerClockStore,
     WorkerBeatsStore,
@@ -35,6 +37,10 @@ from chongming_redis.stores.protocol import ChangeFeed, TaskStore
 
 #: The page's newest commands shown for a task.
 TASK_COMMANDS = 50
+#: The busiest refs a page reads (``limit_usage``): the sums and a task's refs are among them.
+LIMIT_USAGE = 1000
+#: The busiest keys the overview shows per limit.
+LIMIT_KEYS = 3
 #: Beyond this a walk through ``query`` for a store without keyset paging gives up.
 UNPAGED_LIMIT = 10_000
 
@@ -64,6 +70,8 @@ class Overview:
     backlog: CommandBacklog | None
     #: Task types whose due tasks wait with nobody to run them (``runtime/stranded.py``).
     stranded: tuple[Stranded, ...] = ()
+    #: Each recorded limit with its held/waiting (``None``: the store is no ``LimitsStore``).
+    limits: tuple[LimitRow, ...] | None = None
 
     @property
     def total(self) -> int:
@@ -119,7 +127,17 @@ def read_overview(store: TaskStore) -> Overview:
     stranded = (
         tuple(stranded_types(store, now, limit=200)) if counts.get(TaskStatus.PENDING) else ()
     )
-    return Overview(now, counts, bucket_rows, worker_rows, feed, backlog, stranded)
+    return Overview(now, counts, bucket_rows, worker_rows, feed, backlog, stranded,
+                    read_limits(store))  # fmt: skip
+
+
+def read_limits(store: TaskStore) -> tuple[LimitRow, ...] | None:
+    """The limits and their use (two store calls), ``None`` without ``LimitsStore``."""
+    if not isinstance(store, LimitsStore):
+        return None
+    definitions, _ = store.limit_definitions()
+    usage = store.limit_usage(limit=LIMIT_USAGE)
+    return tuple(limit_rows(definitions, usage, busiest=LIMIT_KEYS))
 
 
 @dataclass(frozen=True)
@@ -184,6 +202,8 @@ class TaskPage:
     task: TaskSnapshot
     history: tuple[Transition, ...]
     commands: tuple[Command, ...] | None  # None: the store cannot list a task's commands
+    #: A PENDING task's limit refs as they stand (which one is full), else empty.
+    limits: tuple[RefState, ...] = ()
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
@@ -191,7 +211,19 @@ def read_task(store: TaskStore, task_id: str) -> TaskPage | None:
     task = store.get(task_id)
     if task is None:
         return None
-    return TaskPage(task, tuple(store.history(task_id)), read_commands(store, task_id))
+    return TaskPage(task, tuple(store.history(task_id)), read_commands(store, task_id),
+                    read_task_limits(store, task))  # fmt: skip
+
+
+def read_task_limits(store: TaskStore, task: TaskSnapshot) -> tuple[RefState, ...]:
+    """What holds a ``PENDING`` task with limit refs back: each ref with its held and
+    waiting and whether it is full (two store calls); empty for any other task."""
+    if task.status is not TaskStatus.PENDING or not task.limits:
+        return ()
+    if not isinstance(store, LimitsStore):
+        return ()
+    definitions, _ = store.limit_definitions()
+    return tuple(ref_states(task.limits, store.limit_usage(limit=LIMIT_USAGE), definitions))
 
 
 def read_commands(store: TaskStore, task_id: str) -> tuple[Command, ...] | None:

@@ -59,6 +59,7 @@ class DashboardState:
                 "feed": "feed",
                 "buckets": "buckets",
                 "throughput": "throughput",
+                "limits": "limits",
             },
             ov=ov,
             series=throughput.series(ov.now),

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from chongming_redis.limits import BoundLimit, Concurrency, Limit, RateLimit, bind
 from chongming_redis.policy import (
     DEFAULT_RETENTION,
     MAX_RETENTION,
@@ -83,6 +84,8 @@ class TaskType:
     retry: RetryPolicy | None = None
     timeout: float | None = None
     retention: float | None = None
+    #: Its limits with their ids (``limits.bind``), resolved into refs at each submit.
+    limits: tuple[BoundLimit, ...] = ()
 
     @property
     def retention_or_default(self) -> float:
@@ -139,6 +142,7 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
         retention: float | timedelta | None = None,
+        limits: Iterable[Limit] = (),
     ) -> Callable[[Callable[..., R]], TaskFunction[R]]: ...
 
     def task(
@@ -151,6 +155,7 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
         retention: float | timedelta | None = None,
+        limits: Iterable[Limit] = (),
     ) -> TaskFunction[R] | Callable[[Callable[..., R]], TaskFunction[R]]:
         """Register ``fn(ctx, params)`` under ``name`` (default: the function's name). With a
         pydantic model (``params=`` or the annotation of the second argument), submitted
@@ -164,6 +169,9 @@ class App:
         the worker's ``--max-attempts``/``--retry-backoff``, failures final); ``timeout``
         (seconds or a timedelta): how long one attempt may run; ``retention``: how long a
         finished task is kept. All three are frozen into each task when it is submitted.
+        ``limits`` (``Concurrency``/``RateLimit``): when its tasks may start, over the whole
+        pool; bound now (their ids: ``name``, else ``<task>.concurrency``/``<task>.rate``), and
+        a limit id another type of this app defines differently is refused (``ValueError``).
         ``fn`` may be ``async def`` (it runs on the worker's event loop). Its signature is
         checked now: it must accept ``(ctx, params)`` (``TypeError`` otherwise). ``@app.task``
         without parentheses registers the function under its own name. A name registered twice
@@ -177,6 +185,7 @@ class App:
             raise TypeError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
         timeout_s = check_duration(timeout, "timeout", maximum=MAX_TIMEOUT)
         retention_s = check_duration(retention, "retention", maximum=MAX_RETENTION)
+        given_limits = _limit_list(limits)
 
         def register(fn: Callable[..., R]) -> TaskFunction[R]:
             if isinstance(fn, TaskFunction):
@@ -190,6 +199,8 @@ class App:
                 raise ValueError(f"task {task_name!r} is already registered on app "
                                  f"{self.name!r} (by {_where(existing.fn)})")  # fmt: skip
             model = params or _annotated_model(fn, task_name)
+            bound = bind(task_name, given_limits)
+            self._check_shared_limits(task_name, bound)
             task_type = TaskType(
                 task_name,
                 fn,
@@ -199,11 +210,34 @@ class App:
                 retry,
                 timeout_s,
                 retention_s if retention_s is not None else self.retention,
+                bound,
             )
             self.types[task_name] = task_type
             return TaskFunction(task_type)
 
         return register
+
+    def _check_shared_limits(self, task_name: str, bound: Iterable[BoundLimit]) -> None:
+        """A named limit shared by several types must be one definition: the store records
+        one per id, and a worker would otherwise conflict with itself."""
+        for b in bound:
+            for other in self.types.values():
+                for o in other.limits:
+                    if other.name != task_name and o.id == b.id and o.to_json() != b.to_json():
+                        raise ValueError(f"task {task_name!r}: limit {b.id!r} is defined as "
+                                         f"{o.to_json()} by task {other.name!r}, here as "
+                                         f"{b.to_json()}")  # fmt: skip
+
+    def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+        """``(limit id -> definition JSON, task type -> its limit ids)`` of its types that
+        have limits: what its workers record (``LimitsStore.record_limits``)."""
+        definitions: dict[str, str] = {}
+        task_limits: dict[str, tuple[str, ...]] = {}
+        for task_type in self.types.values():
+            if task_type.limits:
+                definitions.update((b.id, b.to_json()) for b in task_type.limits)
+                task_limits[task_type.name] = tuple(b.id for b in task_type.limits)
+        return definitions, task_limits
 
     def get(self, name: str) -> TaskType:
         task_type = self.types.get(name)
@@ -246,6 +280,18 @@ class TaskFunction(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<task {self.name!r} of {self.fn.__module__}.{self.fn.__qualname__}>"
+
+
+def _limit_list(limits: Iterable[Limit]) -> tuple[Limit, ...]:
+    """``limits=`` as a tuple, checked now (``bind`` checks each one's type and ids)."""
+    if isinstance(limits, (str, bytes)) or not isinstance(limits, Iterable):
+        raise TypeError(f"limits must be a list of Concurrency/RateLimit, not "
+                        f"{type(limits).__name__}")  # fmt: skip
+    given = tuple(limits)
+    for limit in given:  # now, at the decorator's call; ids and count when bound
+        if not isinstance(limit, (Concurrency, RateLimit)):
+            raise TypeError(f"limits takes Concurrency and RateLimit, not {type(limit).__name__}")
+    return given
 
 
 def _params(params: Any, fields: dict[str, Any]) -> Any:

@@ -86,11 +86,14 @@ class Controller:
         serve_buckets: Iterable[int] | None = None,
         retry: RetryPolicy | None = None,
         events: WorkerEvents | None = None,
+        replace_limits: bool = False,
         **timings: Any,
     ) -> None:
         """``config`` holds the timings; a timing given as a keyword (``task_lease=5``)
         overrides it. ``events``: an observer of the running worker (``runtime/events.py``;
-        ``chongming_redis.metrics.worker.WorkerMetrics`` for Prometheus)."""
+        ``chongming_redis.metrics.worker.WorkerMetrics`` for Prometheus). ``replace_limits``:
+        ``start`` records the app's limit definitions over differing recorded ones instead of
+        refusing to start (``--replace-limits``)."""
         if not isinstance(store, TaskStore):
             raise TypeError(f"store must implement TaskStore, not {type(store).__name__}")
         self.store = store
@@ -99,6 +102,8 @@ class Controller:
         self.buckets = buckets or BucketPolicy()
         self.serve_buckets = None if serve_buckets is None else frozenset(serve_buckets)
         self.app = app or App()
+        self.replace_limits = replace_limits
+        self._limits_recorded = False
         #: The store's extensions, resolved once: the runtime never probes the store itself.
         self.adapter = StoreAdapter(store, owner=self.owner)
         OUTAGE.store = store_name(store)  # the process's outage lines name its store
@@ -294,9 +299,12 @@ class Controller:
         return self.bucket_pool
 
     def start(self) -> None:
-        """Start running tasks: the bucket pool and the background threads."""
+        """Start running tasks: the bucket pool and the background threads (after
+        ``record_limits``: a ``LimitConflict`` starts nothing)."""
         if self._running.is_set():
             return
+        if not self._limits_recorded:
+            self.record_limits()
         self.clock.sync()
         self.adapter.record_task_types(list(self.app.types))
         self.notifier.subscribe(self.owner, self._wake_commands)
@@ -333,6 +341,12 @@ class Controller:
             thread = threading.Thread(target=loop, name=f"{self.owner}-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
+
+    def record_limits(self) -> None:
+        """Record the app's limit definitions (``start`` does it first, the CLI before it says
+        anything); raises as ``StoreAdapter.record_limits``, and then nothing has started."""
+        self.adapter.record_limits(*self.app.limit_definitions(), replace=self.replace_limits)
+        self._limits_recorded = True
 
     def _start_if_accepting(self) -> None:
         if self._accepting.is_set():

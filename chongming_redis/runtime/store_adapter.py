@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +26,7 @@ from chongming_redis.model import (
     Transition,
     start_rank,
 )
+from chongming_redis.runtime.limit_defs import LimitsNotEnforced
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.extensions import (
@@ -35,6 +36,7 @@ from chongming_redis.stores.extensions import (
     CommandReadingStore,
     CommitItem,
     FencedTouchStore,
+    LimitsStore,
     NudgeStore,
     RecordedBucketsStore,
     ServerClockStore,
@@ -80,6 +82,8 @@ class StoreAdapter:
         self.nudge: NudgeStore | None = (
             store if isinstance(store, NudgeStore) and store.namespace else None
         )
+        #: The store as a ``LimitsStore`` (limits checked at start), or ``None``.
+        self.limits: LimitsStore | None = store if isinstance(store, LimitsStore) else None
         self.extensions = extensions_of(store)
 
     @property
@@ -290,6 +294,27 @@ class StoreAdapter:
             self._types.record_task_types(names)
         except StoreError as exc:
             log.warning("%s: task types not recorded: %s", self.owner, exc)
+
+    def record_limits(
+        self,
+        definitions: Mapping[str, str],
+        task_limits: Mapping[str, Sequence[str]],
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Record a worker's limit definitions before it starts anything: ``LimitConflict``
+        (nothing recorded) when one differs and not ``replace``; ``LimitsNotEnforced`` when
+        there are some and the store is no ``LimitsStore``. Not best effort: a limit whose
+        definition is not recorded would not hold."""
+        if not definitions:
+            return
+        if self.limits is None:
+            raise LimitsNotEnforced(self.store, definitions)
+        self.limits.record_limits(definitions, task_limits, replace=replace)
+
+    def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]] | None:
+        """The recorded definitions; ``None`` without the extension."""
+        return None if self.limits is None else self.limits.limit_definitions()
 
     def task_types(self) -> frozenset[str] | None:
         """The names the namespace's workers recorded; ``None`` without the extension."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from chongming_redis.limits import BoundLimit, refs_for
 from chongming_redis.model import CommandKind, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
 from chongming_redis.policy import (
@@ -70,10 +71,15 @@ def new_task(
     now: datetime,
     buckets: BucketPolicy,
     submitted_by: str,
+    recorded_limits: tuple[BoundLimit, ...] = (),
 ) -> tuple[TaskSnapshot, Transition]:
     """A ``PENDING`` task and its first history entry; validates everything before anything
-    is written (``InvalidParams``, ``TypeError``, ``ValueError``)."""
+    is written (``InvalidParams``, ``TypeError``, ``ValueError``, ``LimitKeyError``). Its limit
+    refs are resolved from its stored params under its type's limits, else (a producer without
+    the type's code) under ``recorded_limits``, the definitions its workers recorded."""
     stored = spec.params if task_type is None else task_type.validate(spec.params)
+    bound = recorded_limits if task_type is None else task_type.limits
+    refs = refs_for(bound, stored) if bound else ()
     priority = spec.priority if spec.priority is not None else (
         0 if task_type is None else task_type.priority)  # fmt: skip
     task_id = spec.task_id or secrets.token_hex(10)
@@ -84,7 +90,8 @@ def new_task(
         # A unique id routes like a key: its tasks share one bucket (and one owner).
         bucket=buckets.bucket_for(spec.key or unique or task_id), key=spec.key,
         pipeline_run_id=spec.pipeline_run_id, params=stored, not_before=spec.not_before,
-        priority=check_priority(priority), unique=unique, **frozen_policies(spec, task_type),
+        priority=check_priority(priority), unique=unique, limits=refs,
+        **frozen_policies(spec, task_type),
     )  # fmt: skip
     encode_payload(stored, "params")  # refuse an oversized or unencodable payload now
     transition = Transition(

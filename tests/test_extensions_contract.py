@@ -34,7 +34,7 @@ MEMORY = frozenset(
         "LimitsStore",
     }
 )
-#: The limits are enforced by the in-memory reference first; the other stores follow.
+#: The limits are enforced by the in-memory reference and the SQL stores; the others follow.
 REDIS = (MEMORY - {"LimitsStore"}) | {
     "BucketPoolStore",
     "NudgeStore",

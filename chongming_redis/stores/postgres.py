@@ -14,6 +14,9 @@ text as ``bytea``, lost commits, a restarted server) is ``_sql.pg_connection``. 
   row count says which happened); claims and starts pick rows with ``FOR UPDATE SKIP LOCKED``;
   every write that issues change-feed positions locks the feed's head row first, so positions
   are issued in commit order and no two writers wait for each other.
+* **Limits.** The same head-row lock serializes every write that moves a task with the starts
+  that judge its limits (``_sql/limits.py``): starts on many connections never admit more than
+  ``max`` holders of a ref, and a rate bucket's tokens are spent once, on the server's clock.
 * **Failures.** An unreachable server, a broken connection or a rolled-back transaction is
   ``StoreUnavailable``; a commit whose reply was lost is resolved with the server
   (``_sql.pg_connection``), so a write that landed is reported as done.

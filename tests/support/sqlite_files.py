@@ -24,6 +24,7 @@ SQLITE_EXTENSIONS = frozenset(
         "CommandInspectingStore",
         "WorkerBeatsStore",
         "TaskPoliciesStore",
+        "LimitsStore",
     }
 )
 

@@ -59,6 +59,7 @@ POSTGRES = Dialect(
     skip_locked=" FOR UPDATE SKIP LOCKED",
     greatest="GREATEST",
     large_set=_large_set,
+    clock_us="SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
 )
 
 

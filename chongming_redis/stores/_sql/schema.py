@@ -21,6 +21,9 @@ Tables (``schema_statements``):
   (what ``expire_finished`` removes, earliest first) and the unique ``tasks_unique`` (at most
   one unfinished task per ``unique_id``: the database itself refuses a second holder);
   ``limit_refs`` (the task's limit refs, a JSON list) with version 4.
+* ``limit_defs``, ``limit_types``, ``limit_holders``, ``limit_waiters``, ``limit_lines``,
+  ``limit_buckets`` —
+  the limits (``LimitsStore``), version 4 (``_v4``, ``_sql/limits.py``).
   Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a float stays a float in any
   dialect.
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
@@ -112,6 +115,9 @@ class Dialect:
     large_set: Callable[[str, Sequence[int]], tuple[str, list[object]]] = field(
         default=_in_placeholders
     )
+    #: A query of the database server's clock in µs (the limits' rate clock); empty: the
+    #: database runs on this machine (SQLite), whose clock ``datetime.now`` reads.
+    clock_us: str = ""
 
     def member_of(self, column: str, values: Sequence[object]) -> tuple[str, list[object]]:
         """``column`` is one of ``values``: a condition and its parameters (``1 = 0`` for none:
@@ -245,8 +251,29 @@ def _v3(d: Dialect) -> list[str]:
 
 def _v4(d: Dialect) -> list[str]:
     """Limits: the ``limit_refs`` column (a JSON list of the task's limit refs; NULL for the
-    rows already there: no limits)."""
-    return [f"ALTER TABLE tasks ADD COLUMN limit_refs {d.text}"]
+    rows already there: no limits) and the limits' tables (``_sql/limits.py`` says how they are
+    kept): the recorded definitions and task types' limit ids; ``limit_holders``, one row per
+    ref of each task ``RUNNING``/``PAUSED`` (a count is a range of its key, bounded by the
+    holders, never by a backlog or the finished tasks); ``limit_waiters``, the tasks a start
+    passed over, per ref; ``limit_lines``, per ref with waiters whether it is ``blocked`` (full
+    when last judged: its waiters are left out of the start walk); ``limit_buckets``, the rate
+    refs' token buckets."""
+    t, n, r = d.text, d.bigint, d.real
+    return [
+        f"ALTER TABLE tasks ADD COLUMN limit_refs {t}",
+        f"CREATE TABLE IF NOT EXISTS limit_defs (limit_id {t} PRIMARY KEY,"
+        f" definition {t} NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS limit_types (name {t} PRIMARY KEY, limit_ids {t} NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS limit_holders (
+            ref {t} NOT NULL, task_id {t} NOT NULL, PRIMARY KEY (ref, task_id))""",
+        "CREATE INDEX IF NOT EXISTS limit_holders_by_task ON limit_holders (task_id)",
+        f"""CREATE TABLE IF NOT EXISTS limit_waiters (
+            ref {t} NOT NULL, task_id {t} NOT NULL, PRIMARY KEY (ref, task_id))""",
+        "CREATE INDEX IF NOT EXISTS limit_waiters_by_task ON limit_waiters (task_id)",
+        f"CREATE TABLE IF NOT EXISTS limit_lines (ref {t} PRIMARY KEY, blocked {n} NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS limit_buckets (
+            ref {t} PRIMARY KEY, tokens {r} NOT NULL, at_us {n} NOT NULL)""",
+    ]
 
 
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.

@@ -1,6 +1,7 @@
 """``SqlTaskStore``: every ``TaskStore`` method, the runtime extensions and the change feed over
 the shared SQL of the ``_sql`` modules, for any SQL database (the task policies' methods are
-``SqlPolicies``, ``_sql/policies.py``). A concrete store
+``SqlPolicies``, ``_sql/policies.py``; the limits' ``SqlLimits``, ``_sql/limits.py``). A
+concrete store
 (``SqliteTaskStore``, ``PostgresTaskStore``) provides only the connection side:
 
 * ``_transaction(write=...)`` — a context manager yielding a ``Tx``: committed when the block
@@ -35,9 +36,10 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import check_page_limit, parse_cursor
-from chongming_redis.stores._sql import commands, pool, tasks
+from chongming_redis.stores._sql import commands, limits, pool, tasks
 from chongming_redis.stores._sql import feed as feeds
 from chongming_redis.stores._sql.feed import FeedPositions
+from chongming_redis.stores._sql.limits import SqlLimits
 from chongming_redis.stores._sql.policies import SqlPolicies
 from chongming_redis.stores._sql.query import select_tasks
 from chongming_redis.stores._sql.rows import (
@@ -59,7 +61,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class SqlTaskStore(SqlPolicies):
+class SqlTaskStore(SqlPolicies, SqlLimits):
     #: Tasks one ``prune`` transaction drops at most (a long prune never holds the write lock
     #: for long; each batch re-reads which tasks are beyond ``keep_terminal``).
     prune_batch = 500
@@ -91,6 +93,7 @@ class SqlTaskStore(SqlPolicies):
             error = tasks.insert(tx, feed, row)
             if error is not None:
                 raise error
+            limits.sync(tx, [(row, True)])
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
         row = snapshot_to_row(check.check_save(snapshot, expect_version))
@@ -98,6 +101,7 @@ class SqlTaskStore(SqlPolicies):
             error = tasks.save(tx, feed, row, expect_version)
             if error is not None:
                 raise error
+            limits.sync(tx, [(row, False)])
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         check_identifier(task_id, "task_id")

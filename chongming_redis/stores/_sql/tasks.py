@@ -9,6 +9,8 @@ it: the caller commits after ``feed.flush()``.
 * A refused write changes nothing and issues no feed position (``FeedPositions.next`` only
   proposes one).
 * ``append`` is ``INSERT ... ON CONFLICT DO NOTHING``: the first entry of a version wins.
+* A written row's limit holds follow it in the same transaction (``limits.sync``/``took``:
+  the caller of ``insert``/``save``, ``commit`` and ``start`` once per call).
 * Every statement that writes a task row writes its ``expires_at`` (``rows.expires_at``) and,
   through the ``tasks_unique`` index, its hold on its unique id: a write that would give a
   unique id a second unfinished holder writes nothing and returns ``UniqueTaken``.
@@ -22,6 +24,7 @@ from functools import lru_cache
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.stores._sql import limits
 from chongming_redis.stores._sql import unique as uniques
 from chongming_redis.stores._sql.feed import FeedPositions
 from chongming_redis.stores._sql.rows import (
@@ -157,6 +160,7 @@ def commit(
     wanted = [u for row, _, _ in items if (u := claimed_unique(row)) is not None]
     before = uniques.holders(tx, wanted) if wanted else {}
     results: list[StoreError | None] = []
+    written: list[tuple[Row, bool]] = []  # (row, created): their limits' holds, at the end
     for row, expect, entries in items:
         unique = claimed_unique(row)
         held_by = None if unique is None else before.get(unique)
@@ -167,7 +171,9 @@ def commit(
         if error is None:
             append(tx, entries)
             _follow(before, row)
+            written.append((row, expect is None))
         results.append(error)
+    limits.sync(tx, written)
     return results
 
 
@@ -195,7 +201,10 @@ def start(
 ) -> list[TaskSnapshot]:
     """``start_tasks``: the first due ``PENDING`` tasks of ``buckets`` in start order (the
     ``tasks_start`` index: higher priority, then due earliest) to ``RUNNING``,
-    each with its lease, heartbeat, feed position and history entry."""
+    each with its lease, heartbeat, feed position and history entry. With limits recorded,
+    the walk leaves out the tasks waiting in blocked lines and reads pages until ``limit``
+    started or none is left: every row it reads is started or waits in a line now blocked, so
+    no row is read twice (``_sql/limits.py``)."""
     feed.lock()  # the head before any task row (FeedPositions.lock)
     d, moment, until = tx.dialect, encode_dt(now), encode_dt(lease_until)
     in_buckets, params = d.member_of("bucket", list(buckets))
@@ -205,36 +214,60 @@ def start(
         in_names, name_params = d.member_of("name", list(names))
         conditions.append(in_names)
         params.extend(name_params)
-    rows = tx.rows(
+    gate = limits.open_gate(tx, moment)
+    if gate is not None:
+        conditions.append(limits.NOT_BLOCKED)
+    sql = (
         f"SELECT {TASK_SELECT} FROM tasks WHERE {' AND '.join(conditions)}"
-        f" ORDER BY priority DESC, {ready_ms(d)}, task_id LIMIT ?{d.skip_locked}",
-        [*params, limit],
+        f" ORDER BY priority DESC, {ready_ms(d)}, task_id LIMIT ?{d.skip_locked}"
     )
-    started = []
-    for values in rows:
-        row = task_row(values)
-        task_id = text(row["task_id"])
-        version = integer(row["status_version"], "tasks/" + task_id, "status_version") + 1
-        deadline = deadline_of(row, moment)  # this attempt's, when the task has a timeout
-        position = feed.next()
-        # RUNNING is unfinished: no expiry, and the unique id (if any) stays held.
-        tx.run(
-            "UPDATE tasks SET status = ?, status_version = ?, updated_at = ?, heartbeat_at = ?,"
-            " lease_owner = ?, lease_until = ?, deadline = ?, expires_at = NULL,"
-            " feed_position = ? WHERE task_id = ?",
-            [TaskStatus.RUNNING.value, version, moment, moment, owner, until, deadline,
-             position, task_id],
-        )  # fmt: skip
-        feed.used()
-        row.update(status=TaskStatus.RUNNING.value, status_version=version, updated_at=moment,
-                   heartbeat_at=moment, lease_owner=owner, lease_until=until,
-                   deadline=deadline)  # fmt: skip
-        snapshot = decode_task(list(row.values()))
-        reason = f"started by {owner} (attempt {snapshot.attempt})"
-        entry = Transition(task_id, version, TaskStatus.PENDING, TaskStatus.RUNNING, now, reason)
-        append(tx, [transition_to_row(entry)])
-        started.append(snapshot)
+    started: list[TaskSnapshot] = []
+    taken: list[Row] = []  # their rows, for the slots they take
+    while len(started) < limit:
+        page = limit - len(started)
+        if gate is not None and gate.refused_any:  # a flooded ref's backlog: read on faster
+            page = max(page, limits.PAGE)
+        rows = tx.rows(sql, [*params, page])
+        for values in rows:
+            row = task_row(values)
+            if len(started) == limit:
+                break
+            if gate is None or gate.admit(row):
+                started.append(_start_one(tx, feed, row, owner, now, until))
+                taken.append(row)
+        if gate is None or len(rows) < page:
+            break
+    limits.took(tx, taken)
+    if gate is not None:
+        gate.close()
     return started
+
+
+def _start_one(
+    tx: Tx, feed: FeedPositions, row: Row, owner: str, now: datetime, until: int
+) -> TaskSnapshot:
+    moment = encode_dt(now)
+    task_id = text(row["task_id"])
+    version = integer(row["status_version"], "tasks/" + task_id, "status_version") + 1
+    deadline = deadline_of(row, moment)  # this attempt's, when the task has a timeout
+    position = feed.next()
+    # RUNNING is unfinished: no expiry, and the unique id (if any) stays held.
+    tx.run(
+        "UPDATE tasks SET status = ?, status_version = ?, updated_at = ?, heartbeat_at = ?,"
+        " lease_owner = ?, lease_until = ?, deadline = ?, expires_at = NULL,"
+        " feed_position = ? WHERE task_id = ?",
+        [TaskStatus.RUNNING.value, version, moment, moment, owner, until, deadline,
+         position, task_id],
+    )  # fmt: skip
+    feed.used()
+    row.update(status=TaskStatus.RUNNING.value, status_version=version, updated_at=moment,
+               heartbeat_at=moment, lease_owner=owner, lease_until=until,
+               deadline=deadline)  # fmt: skip
+    snapshot = decode_task(list(row.values()))
+    reason = f"started by {owner} (attempt {snapshot.attempt})"
+    entry = Transition(task_id, version, TaskStatus.PENDING, TaskStatus.RUNNING, now, reason)
+    append(tx, [transition_to_row(entry)])
+    return snapshot
 
 
 def touch(tx: Tx, task_id: str, fence: int | None, columns: Row) -> bool:
@@ -288,5 +321,6 @@ def remove(
         in_chunk, params = tx.dialect.member_of("task_id", raw[start : start + MAX_IN_LIST])
         for table in ("tasks", "history", "task_tags"):
             tx.run(f"DELETE FROM {table} WHERE {in_chunk}", params)
+        limits.forget(tx, in_chunk, params)
         tx.run(f"UPDATE commands SET listed = 0 WHERE {in_chunk} AND listed = 1", params)
     return ids

@@ -13,7 +13,8 @@ them, so a failure on a subclass is the one hook it changes.
 The broken stores of the dashboard reads (keyset paging, a task's commands, the command
 backlog) are in ``tests/broken_dashboard_stores.py``, those of the task policies (the policy
 fields' round trip, the start's deadline, unique ids, retention) in
-``tests/broken_policy_stores.py``; their tables are merged into these.
+``tests/broken_policy_stores.py``, those of the limits in ``tests/broken_limit_stores.py``;
+their tables are merged into these.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from chongming_redis.stores.codec import encode_dt as snapshot_to_row_dt
 from chongming_redis.stores.codec import snapshot_to_row
 from chongming_redis.stores.extensions import CommitItem
 from chongming_redis.stores.memory import InMemoryTaskStore
-from tests import broken_dashboard_stores, broken_policy_stores
+from tests import broken_dashboard_stores, broken_limit_stores, broken_policy_stores
 
 EXPECTED = frozenset(
     {
@@ -272,6 +273,7 @@ class _Starter(InMemoryTaskStore):
         wanted, types = check.check_start(owner, now, lease_until, buckets, limit, names)
         candidates = self.query(TaskQuery(statuses=self.startable))
         ready = [s for s in candidates if self.eligible(s, now, wanted, types)]
+        self.start_now = min(now, datetime.now(timezone.utc))  # what the limits are judged on
         return [self.start_one(s, owner, now, lease_until) for s in self.pick(ready, limit)]
 
     def eligible(self, s: TaskSnapshot, now: datetime, wanted: list[int], types: list[str]) -> bool:
@@ -282,7 +284,14 @@ class _Starter(InMemoryTaskStore):
         )
 
     def pick(self, ready: list[TaskSnapshot], limit: int) -> list[TaskSnapshot]:
-        return sorted(ready, key=_rank)[:limit]
+        ordered = sorted(ready, key=_rank)
+        if not self._limit_defs:
+            return ordered[:limit]
+        # The limits (LimitsStore) are the reference's, judged on its rows.
+        rows = [self._tasks[s.task_id] for s in ordered]
+        admitted = self._admit(rows, limit, snapshot_to_row_dt(self.start_now))
+        chosen = {str(row["task_id"]) for row in admitted}
+        return [s for s in ordered if s.task_id in chosen]
 
     def start_one(
         self, s: TaskSnapshot, owner: str, now: datetime, until: datetime
@@ -1112,3 +1121,8 @@ SOUND.update(broken_dashboard_stores.SOUND)
 CAUGHT_BY.update(broken_policy_stores.CAUGHT_BY)
 BROKEN_EXTENSION_STORES.update(broken_policy_stores.BROKEN)
 SOUND.update(broken_policy_stores.SOUND)
+
+# The limits' broken stores, in their own module too.
+CAUGHT_BY.update(broken_limit_stores.CAUGHT_BY)
+BROKEN_EXTENSION_STORES.update(broken_limit_stores.BROKEN)
+SOUND.update(broken_limit_stores.SOUND)

@@ -6,8 +6,9 @@ The holders of a concurrency ref are derived from the tasks themselves (those ``
 ``PAUSED`` whose refs name it), so every write that moves a task out of those statuses frees
 its slot by construction: the reference cannot leak one. A rate ref's token bucket is the only
 state of its own: ``(tokens, at_us)``, refilled lazily at each start on the store's clock. The
-waiters (tasks a start passed over, per ref) are kept as ids and read through the rows: one
-that started or left ``PENDING`` since is not counted.
+waiters (tasks a start passed over, per ref) are kept as ids with the version they were passed
+over at and read through the rows: one that started or left ``PENDING`` since (its version
+moved on, even if it is ``PENDING`` again) is not counted.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class MemoryLimits:
     _limits_by_id: dict[str, Limit]
     _limit_types: dict[str, tuple[str, ...]]
     _token_buckets: dict[str, tuple[float, int]]
-    _limit_waiters: dict[str, set[str]]
+    _limit_waiters: dict[str, dict[str, int]]
 
     if TYPE_CHECKING:
 
@@ -104,10 +105,11 @@ class MemoryLimits:
             if blocking:
                 refused.update(blocking)
                 for ref in blocking:
-                    self._limit_waiters.setdefault(ref, set()).add(str(row["task_id"]))
+                    waiters = self._limit_waiters.setdefault(ref, {})
+                    waiters[str(row["task_id"])] = int(row["status_version"])  # type: ignore[arg-type]
                 continue
             for waiters in self._limit_waiters.values():
-                waiters.discard(str(row["task_id"]))
+                waiters.pop(str(row["task_id"]), None)
             for ref, lim in limits:
                 if isinstance(lim, Concurrency):
                     held[ref] = held.get(ref, 0) + 1
@@ -121,17 +123,24 @@ class MemoryLimits:
         """The refs with a holder or a waiter, busiest first (``LimitsStore``)."""
         size = check.check_usage_limit(limit)
         with self._open():
-            held = self._held_counts()
-            waiting = {ref: sum(1 for task_id in ids if self._still_waiting(task_id, ref))
+            held = {
+                ref: n
+                for ref, n in self._held_counts().items()
+                if not isinstance(self._limit_of(ref), RateLimit)
+            }  # a rate holds nothing
+            waiting = {ref: sum(1 for task_id, version in ids.items()
+                                if self._still_waiting(task_id, ref, version))
                        for ref, ids in self._limit_waiters.items()}  # fmt: skip
         refs = {ref for ref, n in held.items() if n} | {ref for ref, n in waiting.items() if n}
         usage = [LimitUsage(ref, held.get(ref, 0), waiting.get(ref, 0)) for ref in refs]
         usage.sort(key=lambda u: (-(u.held + u.waiting), u.ref))
         return usage[:size]
 
-    def _still_waiting(self, task_id: str, ref: str) -> bool:
+    def _still_waiting(self, task_id: str, ref: str, version: int) -> bool:
+        """A waiter passed over at ``version`` still waits: no write has moved it since."""
         row = self._tasks.get(task_id)
-        return row is not None and row["status"] == TaskStatus.PENDING.value and ref in refs_of(row)
+        return (row is not None and row["status"] == TaskStatus.PENDING.value
+                and row["status_version"] == version and ref in refs_of(row))  # fmt: skip
 
     def _limit_of(self, ref: str) -> Limit | None:
         return self._limits_by_id.get(ref_limit_id(ref))

@@ -85,7 +85,7 @@ for i = 1, tonumber(count) do
     -- One HMGET reads and type-checks the version, the token, the feed position, the index
     -- view and the policy view.
     local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr',
-                             'u', 'rn', 'uq')
+                             'u', 'rn', 'uq', 'lm')
     if not f then return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
     if not f[1] and rcall('EXISTS', key) == 0 then
       item.code = 'CONFLICT'
@@ -98,7 +98,7 @@ for i = 1, tonumber(count) do
         item.code, item.actual = 'CONFLICT', f[1]
       end
     else
-      local old, bad = index_view_of(key, f, 4)
+      local old, bad = index_view_of(key, f, 4, f[15])
       if not old then return bad end
       local was, field, detail = policy_view(old.s, f[12], f[13], f[14])
       if not was then return corrupt(key, field, detail) end

@@ -24,6 +24,12 @@ Replies
   {'CORRUPT', key, field, detail}   a candidate does not decode; nothing written
   {'BADARG', detail}
 
+Limits (lib/limits): a candidate whose refs name a recorded limit starts only while each
+concurrency ref has fewer than `max` holders ({ns}:lh:<ref>, counting this call's starts) and
+each rate ref's bucket ({ns}:tb:<ref>) a token, on now_us (the earlier clock); a refused one
+stays PENDING as it is, and every later candidate naming a ref that refused is refused too in
+this call (first come, first served within a ref). Refused candidates count as examined.
+
 Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the tasks it
 started are returned again and nothing new is started.
 Invariants: only PENDING tasks move, each by one version; never touches another status; each
@@ -38,6 +44,7 @@ of the 2 * limit), `limit` started. Tasks not yet due cost nothing: they wait in
 --- @include "lib/feed"
 --- @include "lib/policies"
 --- @include "lib/msgpack_entry"
+--- @include "lib/limits"
 
 local root, memo = KEYS[1], KEYS[2]
 local owner, now, lease_until, limit, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -205,10 +212,10 @@ local chosen, stale = {}, {}
 local function consider(c)
   local key = root .. 't:' .. c.id
   local f = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'v', 'at', 'fs',
-                     'to')
+                     'to', 'lm')
   if not f then return corrupt(key, '', 'indexed task is not a hash') end
   local view, bad
-  if f[1] or rcall('EXISTS', key) == 1 then view, bad = index_view_of(key, f) end
+  if f[1] or rcall('EXISTS', key) == 1 then view, bad = index_view_of(key, f, 1, f[13]) end
   if bad then return bad end
   local src = c.source
   if not view or view.s ~= 'pending' or view.b ~= src.b or view.n ~= src.n then
@@ -225,7 +232,14 @@ local function consider(c)
   local history = root .. 'h:' .. c.id
   local logged = try_read('ZCOUNT', history, version, version)
   if not logged then return corrupt(history, '', 'history is not a sorted set') end
-  if not view.nb or tonumber(view.nb) <= now_us then
+  if view.nb and tonumber(view.nb) > now_us then return nil end
+  if view.lm then -- its limits (lib/limits): refused, it stays PENDING as it is
+    local admitted, broken = limits_admit(root, view.lm, now_us)
+    if broken then return broken end
+    if admitted == nil then return corrupt(key, 'lm', 'limit refs are not a JSON list of strings') end
+    if not admitted then return nil end
+  end
+  do
     chosen[#chosen + 1] = { id = c.id, key = key, view = view, version = version,
                             attempt = f[10] or '1', position = f[11], history = history,
                             logged = logged > 0, timeout = timeout }
@@ -277,6 +291,7 @@ for _, c in ipairs(chosen) do
   reply[#reply + 1] = rcall('HGETALL', c.key)
 end
 index_flush()
+limits_spend_flush(root)
 feed_flush(root)
 for _, c in ipairs(stale) do
   rcall('ZREM', c.source.rq, c.id)

@@ -7,6 +7,7 @@
 -- `t` is a task's index view (lib/task_view).
 --- @include "lib/common"
 --- @include "lib/task_view"
+--- @include "lib/limits"
 
 -- One composite index entry per task, {ns}:ix:<status>:<bucket>:<name>, serves the status,
 -- bucket, name and name-prefix filters together (queries union the combinations they need);
@@ -83,7 +84,7 @@ local function index_check()
       end
     end
   end
-  return nil
+  return limits_check()
 end
 
 -- Per task name, the head of each bucket's start queue: {ns}:rh:<name> (member bucket, score
@@ -107,6 +108,7 @@ local function index_flush()
       if delta ~= 0 and rcall('HINCRBY', key, field, delta) <= 0 then rcall('HDEL', key, field) end
     end
   end
+  limits_flush()
   COUNT_DELTAS, COUNT_KEYS, INDEX_OPS, QUEUES, QUEUE_KEYS = {}, {}, {}, {}, {}
 end
 
@@ -162,6 +164,7 @@ local function index_add(root, id, t)
   if t.p then zadd(root .. 'p:' .. t.p, t.c, id) end
   for i = 1, #t.tags do zadd(root .. 'tag:' .. t.tags[i], t.c, id) end
   queue_add(root, id, t)
+  limits_move(root, id, nil, t)
 end
 
 local function index_remove(root, id, t)
@@ -172,6 +175,7 @@ local function index_remove(root, id, t)
   if t.p then zrem(root .. 'p:' .. t.p, id) end
   for i = 1, #t.tags do zrem(root .. 'tag:' .. t.tags[i], id) end
   queue_remove(root, id, t)
+  limits_move(root, id, t, nil)
 end
 
 local function tag_set(t)
@@ -183,6 +187,7 @@ end
 -- Move a task's index entries from view `old` to view `new`, touching only what differs: a
 -- status change moves one composite entry and four counters, not every tag entry.
 local function index_move(root, id, old, new)
+  limits_move(root, id, old, new)
   local moved_time = old.c ~= new.c
   if old.s ~= new.s or old.b ~= new.b or old.n ~= new.n or moved_time or old.nb ~= new.nb
     or old.pr ~= new.pr then

@@ -17,7 +17,8 @@ local LEASE_FIELDS = { lo = true, lu = true }
 -- view, lib/policies); the others go to HSET straight from ARGV (unpack(ARGV, args.from,
 -- args.to)), never copied.
 local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, v = true,
-                    nb = true, pr = true, u = true, rn = true, uq = true, to = true }
+                    nb = true, pr = true, u = true, rn = true, uq = true, to = true,
+                    lm = true }
 
 -- Returns (args = { id, token, expect, dels, from, to, view, version, policy }, nil, next
 -- position)
@@ -59,7 +60,7 @@ local function read_task_args(allow_lease, pos, counted)
     end
   end
   local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]',
-                 nb = map.nb, pr = map.pr }
+                 nb = map.nb, pr = map.pr, lm = map.lm }
   if not view.s or not STATUSES[view.s] then return nil, badarg('unknown status') end
   if not is_uint(view.b) then return nil, badarg('bucket is not a canonical integer') end
   if not is_uint(view.c) then return nil, badarg('created_at is not a canonical integer') end

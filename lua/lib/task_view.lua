@@ -2,7 +2,8 @@
 --
 -- A task's index view `t` is { s = status, b = bucket, c = created_at (us), n = name,
 -- p = pipeline id or nil, g = tags JSON, tags = { tag, ... }, nb = not_before (us) or nil,
--- pr = priority (-100..100) or nil for 0 }.
+-- pr = priority (-100..100) or nil for 0, lm = the limit refs as stored (a JSON list) or nil;
+-- read only by the callers that pass it: lib/limits }.
 --
 -- Requires lib/common.
 --- @include "lib/common"
@@ -34,11 +35,12 @@ end
 local VIEW_FIELDS = { 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr' }
 
 -- The index view from the values of VIEW_FIELDS read from `key` (starting at v[first], 1 by
--- default), or (nil, corrupt reply) if they do not decode.
-local function index_view_of(key, v, first)
+-- default), or (nil, corrupt reply) if they do not decode. `lm`: the task's 'lm' field, for a
+-- caller whose write may move a limit holder (lib/limits).
+local function index_view_of(key, v, first, lm)
   local o = (first or 1) - 1
   local t = { s = v[o + 1], b = v[o + 2], c = v[o + 3], n = v[o + 4], p = v[o + 5] or nil,
-              g = v[o + 6], nb = v[o + 7] or nil, pr = v[o + 8] or nil }
+              g = v[o + 6], nb = v[o + 7] or nil, pr = v[o + 8] or nil, lm = lm or nil }
   if not t.s or not STATUSES[t.s] then return nil, corrupt(key, 's', 'unknown or missing status') end
   if not is_uint(t.b) then return nil, corrupt(key, 'b', 'bucket is not a canonical integer') end
   if not is_uint(t.c) then return nil, corrupt(key, 'c', 'created_at is not a canonical integer') end
@@ -55,11 +57,12 @@ end
 
 -- The index view of a stored task hash, or (nil, corrupt reply) if it does not decode.
 local function read_index_view(key)
-  return index_view_of(key, rcall('HMGET', key, unpack(VIEW_FIELDS)))
+  local v = rcall('HMGET', key, 'lm', unpack(VIEW_FIELDS))
+  return index_view_of(key, v, 2, v[1])
 end
 
 -- True when the two views index the task differently (so the entries must move).
 local function index_view_changed(a, b)
   return a.s ~= b.s or a.b ~= b.b or a.c ~= b.c or a.n ~= b.n or a.p ~= b.p or a.g ~= b.g
-    or a.nb ~= b.nb or a.pr ~= b.pr
+    or a.nb ~= b.nb or a.pr ~= b.pr or a.lm ~= b.lm
 end

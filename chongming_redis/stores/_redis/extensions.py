@@ -9,13 +9,15 @@ method drives a plan (``_redis.worker_ops``, ``_redis.dashboard_ops``, ``_redis.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import json
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 import redis
 
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import CorruptRecord, StoreError
+from chongming_redis.limits import LimitConflict
 from chongming_redis.model import (
     ChangePage,
     Command,
@@ -25,9 +27,11 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.stores import _checks as check
 from chongming_redis.stores._redis import dashboard_ops, ops, worker_ops
 from chongming_redis.stores._redis.cluster import ClusterCalls
 from chongming_redis.stores._redis.driver import Driver
+from chongming_redis.stores._redis.keys import Keys
 
 T = TypeVar("T")
 
@@ -83,6 +87,21 @@ class RedisExtensions(Driver[ClusterCalls]):
         Items must name distinct tasks (each is checked against the state before the call).
         The full contract: ``BatchingStore.commit_tasks`` (``stores/extensions.py``)."""
         return self._perform(ops.commit_tasks(self.keys, items))
+
+    def record_limits(
+        self,
+        definitions: Mapping[str, str],
+        task_limits: Mapping[str, Sequence[str]],
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Record the limit definitions and each task type's limit ids, all or nothing
+        (``lua/record_limits.lua``): ``LimitConflict`` unless ``replace``."""
+        self._perform(_record_limits(self.keys, definitions, task_limits, replace))
+
+    def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+        """``(limit id -> definition JSON, task type -> its limit ids)`` as recorded."""
+        return self._perform(_limit_definitions(self.keys))
 
     def server_time(self) -> datetime:
         """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
@@ -200,3 +219,43 @@ class RedisExtensions(Driver[ClusterCalls]):
     def feed_stats(self) -> FeedStats:
         """The feed's head, size (live tasks + tombstones) and tombstone count."""
         return self._perform(dashboard_ops.feed_stats(self.keys))
+
+
+def _record_limits(
+    keys: Keys, definitions: object, task_limits: object, replace: bool
+) -> ops.Plan[None]:
+    """Read the recorded definitions of the given ids, then write all in one ``MULTI``: a
+    conflict writes nothing. Not one atomic step with the read (two workers recording two
+    definitions of one id at the same moment: the later write stands, neither is told)."""
+    checked, types = check.check_record_limits(definitions, task_limits)
+    if not checked and not types:
+        return
+    if checked and not replace:
+        ids = list(checked)
+        recorded = yield ops.Read(keys.limits, "hmget", (keys.limits, *ids))
+        for limit_id, raw in zip(ids, recorded, strict=True):
+            if raw is not None and _text(raw) != checked[limit_id]:
+                raise LimitConflict(limit_id, _text(raw), checked[limit_id])
+    writes: list[ops.Read] = []
+    if checked:
+        writes.append(ops.Read(keys.limits, "hset", (keys.limits, None, None, checked)))
+    if types:
+        by_type = {name: json.dumps(list(ids)) for name, ids in types.items()}
+        writes.append(ops.Read(keys.limit_types, "hset", (keys.limit_types, None, None, by_type)))
+    yield ops.Transaction(keys.limits, tuple(writes))
+
+
+def _limit_definitions(
+    keys: Keys,
+) -> ops.Plan[tuple[dict[str, str], dict[str, tuple[str, ...]]]]:
+    defs = yield ops.Read(keys.limits, "hgetall", (keys.limits,))
+    types = yield ops.Read(keys.limit_types, "hgetall", (keys.limit_types,))
+    try:
+        by_type = {_text(k): tuple(json.loads(_text(v))) for k, v in types.items()}
+    except ValueError as exc:
+        raise CorruptRecord(keys.limit_types, None, f"a type's ids are not JSON: {exc}") from None
+    return {_text(k): _text(v) for k, v in defs.items()}, by_type
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw

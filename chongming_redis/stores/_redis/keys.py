@@ -27,6 +27,11 @@ key                   type    meaning
                               that moves the task
 ``{ns}:expiry``       zset    finished tasks with a retention; score = updated_at + retention
                               (µs), when ``expire_finished`` may remove them
+``{ns}:limits``       hash    limit id -> definition JSON (``record_limits``)
+``{ns}:limit-types``  hash    task type -> JSON list of its limit ids
+``{ns}:lh:<ref>``     set     the tasks RUNNING or PAUSED naming the limit ref
+                              (``lua/lib/limits.lua``)
+``{ns}:tb:<ref>``     hash    a rate ref's token bucket: ``tokens``, ``at`` (µs); expires once full
 ``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
 ``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
@@ -155,6 +160,8 @@ class Keys:
         self.feed = self.root + "feed"
         self.feed_chunks = self.root + "fcs"
         self.expiry = self.root + "expiry"
+        self.limits = self.root + "limits"
+        self.limit_types = self.root + "limit-types"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id
@@ -185,6 +192,13 @@ class Keys:
     def unique(self, unique: str) -> str:
         """The record of a unique id: the task that holds it (``TaskPoliciesStore``)."""
         return self.root + "uq:" + unique
+
+    def limit_holders(self, ref: str) -> str:
+        """The tasks holding a slot of a concurrency limit ref (``lua/lib/limits.lua``)."""
+        return self.root + "lh:" + ref
+
+    def token_bucket(self, ref: str) -> str:
+        return self.root + "tb:" + ref
 
     def feed_chunk(self, n: int) -> str:
         return f"{self.root}fc:{n}"

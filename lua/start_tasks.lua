@@ -29,6 +29,11 @@ concurrency ref has fewer than `max` holders ({ns}:lh:<ref>, counting this call'
 each rate ref's bucket ({ns}:tb:<ref>) a token, on now_us (the earlier clock); a refused one
 stays PENDING as it is, and every later candidate naming a ref that refused is refused too in
 this call (first come, first served within a ref). Refused candidates count as examined.
+One refused by a full concurrency ref is parked ({ns}:lp:<ref>, out of its rq) so it costs
+later calls nothing; first, every ref a holder left since the last call ({ns}:lf) gets its
+oldest parked tasks back into their rq, as many as it has free slots (like the dq promotion,
+derived entries written before the checks). Passed-over tasks are noted in {ns}:lw:<ref> (at
+their version) for limit_usage.
 
 Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the tasks it
 started are returned again and nothing new is started.
@@ -128,6 +133,50 @@ local function promote(b, name, rh, dh)
   queue_sync(dq, dh, b)
   queue_sync(rq, rh, b)
 end
+-- Parked tasks (lib/limits): each ref a holder left since the last call gets its oldest parked
+-- tasks back into their ready queue, as many as it has free slots; the ones left behind are
+-- passed over (waiters: ln emptied). Derived entries only, each in step with its task hash.
+local function unpark()
+  local freed_key = root .. 'lf'
+  local freed, kind = try_read('SMEMBERS', freed_key)
+  if not freed then return corrupt(freed_key, '', 'freed refs hold a ' .. kind .. ', not a set') end
+  if #freed == 0 then return nil end
+  for _, ref in ipairs(freed) do
+    local def, bad = limit_def(root, (string.match(ref, '^([^=]*)')))
+    if bad then return bad end
+    local lp, ln = root .. 'lp:' .. ref, root .. 'ln:' .. ref
+    bad = zset_or_none(lp) or zset_or_none(ln)
+    if bad then return bad end
+    -- an unrecorded (or no longer concurrency) ref parks nothing: all of it goes back
+    local room = math.huge
+    if def and def.kind == 'concurrency' then
+      room = tonumber(def.max) - (tonumber((try_read('SCARD', root .. 'lh:' .. ref))) or 0)
+    end
+    while room > 0 do
+      local head = rcall('ZRANGE', lp, 0, 0)
+      if #head == 0 then break end
+      local id = head[1]
+      rcall('ZREM', lp, id)
+      rcall('ZREM', ln, id)
+      local view = read_index_view(root .. 't:' .. id)
+      if view then parked_count(root, view.b, view.n, -1) end
+      if view and view.s == 'pending' then
+        local kind_q = (view.nb and tonumber(view.nb) > now_us) and 'dq' or 'rq'
+        local q = root .. kind_q .. ':' .. view.b .. ':' .. view.n
+        rcall('ZADD', q, kind_q == 'dq' and view.nb or start_score(view), id)
+        queue_sync(q, root .. (kind_q == 'dq' and 'dh:' or 'rh:') .. view.n, view.b)
+        room = room - 1
+      end
+    end
+    if rcall('EXISTS', lp) == 1 then rcall('DEL', ln) end
+  end
+  rcall('DEL', freed_key)
+  return nil
+end
+do
+  local bad = unpark()
+  if bad then return bad end
+end
 local heads = {}
 for _, name in ipairs(names) do
   local rh, dh = root .. 'rh:' .. name, root .. 'dh:' .. name
@@ -207,7 +256,7 @@ end
 -- Pass 1: read and validate the candidates in merge order; pick the ones that may start now.
 -- One HMGET per candidate reads and type-checks the task, one ZCOUNT the history (is the
 -- entry of the new version there?).
-local chosen, stale = {}, {}
+local chosen, stale, parked = {}, {}, {}
 -- Candidate c: chosen, passed over (not due by `now`), or stale; a CORRUPT reply, else nil.
 local function consider(c)
   local key = root .. 't:' .. c.id
@@ -234,10 +283,17 @@ local function consider(c)
   if not logged then return corrupt(history, '', 'history is not a sorted set') end
   if view.nb and tonumber(view.nb) > now_us then return nil end
   if view.lm then -- its limits (lib/limits): refused, it stays PENDING as it is
-    local admitted, broken = limits_admit(root, view.lm, now_us)
+    local admitted, broken, park = limits_admit(root, view.lm, now_us, c.id, f[9])
     if broken then return broken end
     if admitted == nil then return corrupt(key, 'lm', 'limit refs are not a JSON list of strings') end
-    if not admitted then return nil end
+    if not admitted then
+      if park then
+        local bad = zset_or_none(root .. 'lp:' .. park) or zset_or_none(root .. 'ln:' .. park)
+        if bad then return bad end
+        parked[#parked + 1] = { c = c, ref = park, score = start_score(view) }
+      end
+      return nil
+    end
   end
   do
     chosen[#chosen + 1] = { id = c.id, key = key, view = view, version = version,
@@ -296,6 +352,16 @@ feed_flush(root)
 for _, c in ipairs(stale) do
   rcall('ZREM', c.source.rq, c.id)
   queue_sync(c.source.rq, root .. 'rh:' .. c.source.n, c.source.b)
+end
+-- Refused by a full concurrency ref: out of the ready queue, parked until a slot frees (and
+-- passed over, so every parked task of the ref is a waiter now).
+for _, p in ipairs(parked) do
+  local src = p.c.source
+  rcall('ZREM', src.rq, p.c.id)
+  rcall('ZADD', root .. 'lp:' .. p.ref, p.score, p.c.id)
+  rcall('DEL', root .. 'ln:' .. p.ref)
+  parked_count(root, src.b, src.n, 1)
+  queue_sync(src.rq, root .. 'rh:' .. src.n, src.b)
 end
 if #started > 0 then
   rcall('RPUSH', memo, unpack(started))

@@ -15,7 +15,8 @@ ARGV[3]  offset into {ns}:ix:pending:<bucket>:<name> (0-based)
 ARGV[4]  count (1..1000)
 ARGV[5]  '1': this is the last index key: once this slice finishes it, check every key
 ARGV[6]  number of (bucket, name) pairs to check, then the pairs: `so` is recorded only if
-         each pair's PENDING index holds as many tasks as its two queues together
+         each pair's PENDING index holds as many tasks as its two queues together and its
+         parked tasks ({ns}:lpc, lib/limits)
 
 Replies
   {'OK', read, recorded}   read: entries of the index slice looked at (< count: the key is
@@ -45,6 +46,7 @@ local function record_if_even()
     local indexed = rcall('ZCARD', root .. 'ix:pending:' .. b .. ':' .. n)
     local queued = rcall('ZCARD', root .. 'rq:' .. b .. ':' .. n)
       + rcall('ZCARD', root .. 'dq:' .. b .. ':' .. n)
+      + (tonumber((try_read('HGET', root .. 'lpc', b .. ':' .. n))) or 0) -- parked (lib/limits)
     if indexed ~= queued then return 0 end
   end
   rcall('HSET', meta, 'so', '1')
@@ -68,6 +70,7 @@ for _, id in ipairs(ids) do
   local view, bad = read_index_view(key)
   if not view then return bad end
   local queued = try_read('ZSCORE', rq, id) or try_read('ZSCORE', dq, id)
+    or is_parked(root, id, view)
   if view.s == 'pending' and not queued then queue_add(root, id, view) end
 end
 local broken = index_check()

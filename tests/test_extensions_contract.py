@@ -35,7 +35,7 @@ MEMORY = frozenset(
     }
 )
 #: The limits are enforced by the in-memory reference and the SQL stores; the others follow.
-REDIS = (MEMORY - {"LimitsStore"}) | {
+REDIS = MEMORY | {
     "BucketPoolStore",
     "NudgeStore",
     "RecordedBucketsStore",

@@ -11,29 +11,15 @@ Every check counts and orders intervals; none times a run against a budget.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from chongming_redis.client.client import Client
 from chongming_redis.model import TaskStatus
 from tests import test_start_path
 from tests.test_start_path import Workers, wait_until
 
-# The start-path tests' fixtures ``workers`` and ``client``, on the stores that enforce limits
-# (the Redis store does not declare LimitsStore yet: its workers refuse an app with limits).
-workers, client = test_start_path.workers, test_start_path.client
-LIMITED_KINDS = ("sqlite", "postgres")
-
-
-@pytest.fixture(params=LIMITED_KINDS)
-def target(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Iterator[Any]:
-    from tests.support.store_targets import store_target
-
-    yield from store_target(request, request.param, tmp_path, namespace)
-
+# The start-path tests' fixtures: ``target`` (redis, sqlite, postgres), ``workers``, ``client``.
+target, workers, client = test_start_path.target, test_start_path.workers, test_start_path.client
 
 APP_SOURCE = """
 import time

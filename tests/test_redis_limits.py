@@ -179,3 +179,77 @@ def test_four_stores_racing_never_exceed_max(redis_proc: RedisProc, namespace: s
         first.drop_namespace()
         for s in stores:
             s.close()
+
+
+def test_limit_usage_counts_holders_and_live_waiters_busiest_first(store: RedisTaskStore) -> None:
+    one = to_json(Concurrency(max=1, per="c"))
+    store.record_limits({EXP: one, "api.rate": RATE}, {})
+    assert store.limit_usage() == []
+    for i in range(4):
+        store.create(task(f"a{i}", i, f"{EXP}=z"))
+    store.create(task("b0", 10, f"{EXP}=m"))
+    store.create(task("b1", 11, f"{EXP}=m"))
+    store.create(task("c0", 20, f"{EXP}=c"))
+    store.create(task("r0", 21, "api.rate"))
+    assert go(store) == ["a0", "b0", "c0", "r0"]
+    usage = [(u.ref, u.held, u.waiting) for u in store.limit_usage()]
+    assert usage == [(f"{EXP}=z", 1, 3), (f"{EXP}=m", 1, 1), (f"{EXP}=c", 1, 0)], "rate holds 0"
+    assert [u.ref for u in store.limit_usage(limit=1)] == [f"{EXP}=z"]
+    move(store, "a3", TaskStatus.STOPPED)  # a moved waiter waits no more
+    move(store, "c0", TaskStatus.SUCCEEDED)  # and a ref with nothing is dropped
+    assert [(u.ref, u.waiting) for u in store.limit_usage()] == [(f"{EXP}=z", 2), (f"{EXP}=m", 1)]
+    assert not store.client.sismember(store.keys.root + "lrefs", f"{EXP}=c")
+    move(store, "a0", TaskStatus.SUCCEEDED)
+    assert go(store, now=101) == ["a1"]
+    usage = [(u.ref, u.held, u.waiting) for u in store.limit_usage()]
+    assert usage == [(f"{EXP}=m", 1, 1), (f"{EXP}=z", 1, 1)], "started: none; ties by ref"
+    with pytest.raises(ValueError):
+        store.limit_usage(limit=0)
+
+
+def test_a_flood_of_one_ref_parks_at_entry_and_other_keys_start_at_once(
+    store: RedisTaskStore,
+) -> None:
+    store.record_limits({EXP: TWO}, {})
+    for i in range(2):
+        store.create(task(f"h{i}", 0, f"{EXP}=hot", status=R, version=2))
+    for i in range(300):
+        store.create(task(f"f{i:03}", 1 + i / 1000, f"{EXP}=hot"))
+    store.create(task("free", 10))
+    store.create(task("cold", 11, f"{EXP}=cold"))
+    root = store.keys.root
+    assert store.client.zcard(root + "lp:" + f"{EXP}=hot") == 300, "parked, not ready"
+    assert store.client.zcard(root + "rq:0:export") == 2
+    assert go(store, limit=2) == ["free", "cold"], "the flood costs a start nothing"
+    assert store.counts()[P] == 300
+
+
+def test_a_stopped_parked_waiter_leaves_and_the_next_is_promoted(store: RedisTaskStore) -> None:
+    store.record_limits({EXP: to_json(Concurrency(max=1, per="c"))}, {})
+    store.create(task("h", 0, f"{EXP}=k"))
+    assert go(store) == ["h"]
+    for i in range(3):
+        store.create(task(f"w{i}", 1 + i, f"{EXP}=k"))
+    lp = store.keys.root + "lp:" + f"{EXP}=k"
+    assert store.client.zrange(lp, 0, -1) == [b"w0", b"w1", b"w2"]
+    move(store, "w0", TaskStatus.STOPPED)
+    assert store.client.zrange(lp, 0, -1) == [b"w1", b"w2"], "left parking in that write"
+    move(store, "h", TaskStatus.SUCCEEDED, commit=True)
+    assert go(store, now=101) == ["w1"], "a freed slot promotes the next parked task"
+    assert store.client.zrange(lp, 0, -1) == [b"w2"]
+    assert [(u.ref, u.held, u.waiting) for u in store.limit_usage()] == [(f"{EXP}=k", 1, 1)]
+
+
+def test_promotion_after_a_holder_ends_keeps_first_come_first_served(
+    store: RedisTaskStore,
+) -> None:
+    store.record_limits({EXP: TWO}, {})
+    for i in range(6):
+        store.create(task(f"a{i}", i, f"{EXP}=c1"))
+    assert go(store) == ["a0", "a1"]
+    assert store.client.zcard(store.keys.root + "lp:" + f"{EXP}=c1") == 4, "refused: parked"
+    assert go(store, now=101) == [], "no slot freed: nothing promoted"
+    move(store, "a1", TaskStatus.FAILED)
+    move(store, "a0", P)  # handed back: parked behind nobody older, it goes first
+    assert go(store, now=102) == ["a0", "a2"]
+    assert go(store, now=103) == []

@@ -93,7 +93,7 @@ def test_the_adapter_resolves_each_extension_of_each_store(
     redis_store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     expected: list[tuple[Any, set[str]]] = [
         (InMemoryTaskStore(), BUILT_IN | {"LimitsStore"}),
-        (redis_store, BUILT_IN | REDIS_ONLY),
+        (redis_store, BUILT_IN | REDIS_ONLY | {"LimitsStore"}),
         (minimal, set()),
     ]
     for store, names in expected:

@@ -143,8 +143,13 @@ end
 -- once due), ready otherwise.
 local function queue_add(root, id, t)
   if t.s ~= 'pending' then return end
+  local park = t.lm and not t.nb and limits_park_ref(root, t)
   if t.nb then
     zadd(written_queue(root, 'dq', t), t.nb, id)
+  elseif park then -- its concurrency ref is full: parked (lib/limits), not ready
+    zadd(root .. 'lp:' .. park, start_score(t), id)
+    zadd(root .. 'ln:' .. park, 0, id)
+    count_up(root .. 'lpc', t.b .. ':' .. t.n)
   else
     zadd(written_queue(root, 'rq', t), start_score(t), id)
   end
@@ -154,6 +159,10 @@ local function queue_remove(root, id, t)
   if t.s ~= 'pending' then return end
   zrem(written_queue(root, 'rq', t), id)
   zrem(written_queue(root, 'dq', t), id)
+  if t.lm then
+    if is_parked(root, id, t) then count_down(root .. 'lpc', t.b .. ':' .. t.n) end
+    for _, key in ipairs(parked_keys(root, t)) do zrem(key, id) end
+  end
 end
 
 local function index_add(root, id, t)

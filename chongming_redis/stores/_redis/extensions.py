@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
 from chongming_redis.errors import CorruptRecord, StoreError
-from chongming_redis.limits import LimitConflict
+from chongming_redis.limits import LimitConflict, LimitUsage
 from chongming_redis.model import (
     ChangePage,
     Command,
@@ -102,6 +102,11 @@ class RedisExtensions(Driver[ClusterCalls]):
     def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
         """``(limit id -> definition JSON, task type -> its limit ids)`` as recorded."""
         return self._perform(_limit_definitions(self.keys))
+
+    def limit_usage(self, *, limit: int = 1000) -> list[LimitUsage]:
+        """The refs with a holder or a live waiter, busiest first (``LimitsStore``): reads
+        only (``_limit_usage``)."""
+        return self._perform(_limit_usage(self.keys, check.check_usage_limit(limit)))
 
     def server_time(self) -> datetime:
         """The Redis server's clock (``TIME``): the one clock every worker agrees on."""
@@ -255,6 +260,64 @@ def _limit_definitions(
     except ValueError as exc:
         raise CorruptRecord(keys.limit_types, None, f"a type's ids are not JSON: {exc}") from None
     return {_text(k): _text(v) for k, v in defs.items()}, by_type
+
+
+def _limit_usage(keys: Keys, size: int) -> ops.Plan[list[LimitUsage]]:
+    """Reads only (``lua/lib/limits.lua`` keeps the keys): the registry and the definitions,
+    then each ref's holders, parked tasks and passed-over waiters in one ``MULTI``, then the
+    waiters' status and version (a waiter another write moved since waits no more). Linear in
+    the refs and waiters in use: a dashboard read, never on the start path."""
+    listed = yield ops.Read(keys.limit_refs, "smembers", (keys.limit_refs,))
+    refs = sorted(_text(r) for r in listed)
+    defs = yield ops.Read(keys.limits, "hgetall", (keys.limits,))
+    kinds = {_text(k): _kind(keys, _text(k), v) for k, v in defs.items()}
+    reads: list[ops.Read] = []
+    for ref in refs:
+        lh, lp, ln, lw = (keys.limit_holders(ref), keys.limit_parked(ref),
+                          keys.limit_unseen(ref), keys.limit_waiters(ref))  # fmt: skip
+        reads += [ops.Read(lh, "scard", (lh,)), ops.Read(lp, "zrange", (lp, 0, -1)),
+                  ops.Read(ln, "zrange", (ln, 0, -1)),
+                  ops.Read(lw, "zrange", (lw, 0, -1, False, True))]  # fmt: skip
+    if not reads:
+        return []
+    results = _checked(reads, (yield ops.Transaction(keys.limit_refs, tuple(reads))))
+    waiting: list[set[str]] = []
+    asks: list[tuple[int, str, int]] = []  # (ref number, waiter, the version it was passed at)
+    for n in range(len(refs)):
+        parked, unseen, waiters = results[4 * n + 1 : 4 * n + 4]
+        fresh = {_text(i) for i in unseen}
+        waiting.append({_text(i) for i in parked} - fresh)
+        asks += [(n, _text(raw), int(score)) for raw, score in waiters
+                 if _text(raw) not in fresh and _text(raw) not in waiting[n]]  # fmt: skip
+    states = [ops.Read(keys.task(t), "hmget", (keys.task(t), "s", "v")) for _, t, _ in asks]
+    answers: list[Any] = []
+    if states:
+        answers = _checked(states, (yield ops.Transaction(keys.limit_refs, tuple(states))))
+    for (n, task_id, version), (status, seen) in zip(asks, answers, strict=True):
+        if status == b"pending" and seen is not None and int(seen) == version:
+            waiting[n].add(task_id)
+    usage: list[LimitUsage] = []
+    for n, ref in enumerate(refs):
+        held = 0 if kinds.get(ref.split("=", 1)[0]) == "rate" else int(results[4 * n])
+        if held or waiting[n]:
+            usage.append(LimitUsage(ref, held, len(waiting[n])))
+    usage.sort(key=lambda u: (-(u.held + u.waiting), u.ref))
+    return usage[:size]
+
+
+def _checked(reads: Sequence[ops.Read], results: list[object]) -> list[Any]:
+    for read, result in zip(reads, results, strict=True):
+        if isinstance(result, Exception):  # WRONGTYPE: a corrupt record naming its key
+            with ops.errors(read.key):
+                raise result
+    return list(results)
+
+
+def _kind(keys: Keys, limit_id: str, raw: bytes | str) -> str:
+    try:
+        return str(json.loads(_text(raw))["kind"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptRecord(keys.limits, limit_id, f"definition malformed: {exc}") from None
 
 
 def _text(raw: bytes | str) -> str:

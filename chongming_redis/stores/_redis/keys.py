@@ -32,6 +32,13 @@ key                   type    meaning
 ``{ns}:lh:<ref>``     set     the tasks RUNNING or PAUSED naming the limit ref
                               (``lua/lib/limits.lua``)
 ``{ns}:tb:<ref>``     hash    a rate ref's token bucket: ``tokens``, ``at`` (µs); expires once full
+``{ns}:lp:<ref>``     zset    a concurrency ref's parked PENDING tasks (out of their ready queue
+                              while it is full); score = their rq score
+``{ns}:ln:<ref>``     zset    the parked tasks no start has passed over yet (not waiters yet)
+``{ns}:lw:<ref>``     zset    the tasks a start passed over for the ref; score = their version
+``{ns}:lf``           set     the refs a holder left since the last start (unparked by it)
+``{ns}:lpc``          hash    ``<b>:<name>`` → its parked tasks (the start-order upgrade's check)
+``{ns}:lrefs``        set     the refs that may have a holder, a parked task or a waiter
 ``{ns}:counts``       hash    ``<st>`` and ``<st>:<b>`` → number of tasks
 ``{ns}:cq``           zset    unfinished, unleased commands; score = created_at
 ``{ns}:cl``           zset    leased, unfinished commands; score = lease_until (µs)
@@ -162,6 +169,8 @@ class Keys:
         self.expiry = self.root + "expiry"
         self.limits = self.root + "limits"
         self.limit_types = self.root + "limit-types"
+        # The refs that may have a holder, a parked task or a waiter (limit_usage's list).
+        self.limit_refs = self.root + "lrefs"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id
@@ -199,6 +208,18 @@ class Keys:
 
     def token_bucket(self, ref: str) -> str:
         return self.root + "tb:" + ref
+
+    def limit_parked(self, ref: str) -> str:
+        """A concurrency ref's parked tasks, out of the ready queues while it is full."""
+        return self.root + "lp:" + ref
+
+    def limit_unseen(self, ref: str) -> str:
+        """The parked tasks of a ref no start has passed over yet (not waiters yet)."""
+        return self.root + "ln:" + ref
+
+    def limit_waiters(self, ref: str) -> str:
+        """The tasks a start passed over because of the ref; score = the version it saw."""
+        return self.root + "lw:" + ref
 
     def feed_chunk(self, n: int) -> str:
         return f"{self.root}fc:{n}"

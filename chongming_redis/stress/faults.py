@@ -171,7 +171,13 @@ class Nemesis:
         before = self.proxy.fired.get("latency", 0)
         seconds = 0.02 + (arg % 8) / 100
         self.proxy.set_latency(seconds)
+        # At least 2 s, and on until a chunk was delayed (at most 15 s, as a dropped reply
+        # waits): on a loaded machine the workers can send nothing for 2 s (CI saw "0 chunks"
+        # right after a worker kill), and a fault that delayed nothing proves nothing.
         time.sleep(2.0)
+        deadline = time.monotonic() + 13.0
+        while self.proxy.fired.get("latency", 0) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
         self.proxy.set_latency(0)
         delayed = self.proxy.fired.get("latency", 0) - before
         return delayed > 0, f"{seconds * 1000:.0f} ms on {delayed} chunks"

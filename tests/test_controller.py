@@ -665,6 +665,8 @@ def test_a_conflict_on_the_final_save_discards_the_result_and_is_never_retried(
     task_id = worker.submit("quiet")
     running = wait_status(store, task_id, R)
     wait_history(store, task_id, 2)
+    held = worker.held.get(task_id)
+    assert held is not None
     now = store.server_time()
     store.save(dataclasses.replace(running, status=FAILED, status_version=3, updated_at=now),
                expect_version=2)  # fmt: skip
@@ -673,6 +675,9 @@ def test_a_conflict_on_the_final_save_discards_the_result_and_is_never_retried(
     wait_until(lambda: task_id not in worker.held, what="the worker to drop the task")
     saves = recording.calls_of("save", task_id)
     assert [type(c.outcome).__name__ for c in saves] == ["NoneType", "ConcurrencyConflict"]
+    # A flush that waited on the task's lock meanwhile (the supervisor's) writes nothing more.
+    assert worker.writer.flush(held) is False
+    worker.writer.flush_many([held])
     assert_stays(lambda: len(recording.calls_of("save", task_id)) == 2, 0.3, "a retried save")
     after = store.get(task_id)
     assert (after.status, after.status_version, after.result) == (FAILED, 3, None)

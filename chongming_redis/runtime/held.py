@@ -45,6 +45,9 @@ class Held:
     #: Counted in the runner's outstanding tasks: until its end is written (or it is let go),
     #: so a slot is reused only once the store no longer says RUNNING for this task.
     outstanding: bool = False
+    #: A write of ours met another writer's version: nothing more is ever written for it
+    #: here (a flush that waited on ``write_lock`` meanwhile must not try again).
+    conflicted: bool = False
 
     @property
     def task_id(self) -> str:

@@ -119,6 +119,8 @@ class TaskWriter:
         """Write the latest snapshot (one save, whatever the number of buffered transitions:
         the version jumps) and then the buffered history. False while the store is away."""
         with held.write_lock:
+            if held.conflicted:  # another writer moved it on: never written again
+                return False
             if not held.pending and held.stored_version == held.snapshot.status_version:
                 return True
             try:
@@ -140,6 +142,7 @@ class TaskWriter:
                 log.error("%s: CONFLICT on %s, another writer exists; stopping it here: %s",
                           self.owner, held.task_id, exc)  # fmt: skip
                 held.ctx.lose(f"another writer moved it on ({exc})")
+                held.conflicted = True
                 held.pending.clear()
                 self.held.forget(held)
                 return False
@@ -154,7 +157,8 @@ class TaskWriter:
             # is left to the supervisor's next flush.
             dirty, ids = [], set()
             for h in batch:
-                if h.stored_version != h.snapshot.status_version and h.task_id not in ids:
+                stale = h.stored_version != h.snapshot.status_version
+                if stale and not h.conflicted and h.task_id not in ids:
                     ids.add(h.task_id)
                     dirty.append(h)
             items = [(h.snapshot, h.stored_version, list(h.pending)) for h in dirty]
@@ -173,6 +177,7 @@ class TaskWriter:
                     log.error("%s: CONFLICT on %s, another writer exists: %s",
                               self.owner, held.task_id, conflict)  # fmt: skip
                     held.ctx.lose(f"another writer moved it on ({conflict})")
+                    held.conflicted = True
                     held.pending.clear()
         finally:
             for held in batch:

@@ -685,6 +685,47 @@ def test_a_conflict_on_the_final_save_discards_the_result_and_is_never_retried(
     assert any("CONFLICT" in m for m in error_about(caplog, task_id))
 
 
+class QueryGate(ProtocolOnlyStore):
+    """The 14 methods (the fallback start's query), where one armed ``query`` waits."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.armed, self.entered, self.release = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
+
+    def query(self, query: TaskQuery) -> Any:
+        if self.armed.is_set() and not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(WAIT)
+        return self.inner.query(query)
+
+
+def test_one_start_call_at_a_time_so_free_slots_are_never_counted_twice(
+    store: Any, make: Any
+) -> None:
+    gated = QueryGate(store)
+    worker = make(gated, concurrency=1)
+    runs: list[str] = []
+    worker.task("once")(lambda ctx, params: runs.append(ctx.task_id))
+    worker.start()
+    gated.armed.set()
+    task_id = worker.submit("once")  # its nudge wakes the starter, whose query waits
+    assert gated.entered.wait(WAIT)
+    answer: list[int] = []
+    caller = threading.Thread(target=lambda: answer.append(worker.start_available()))
+    caller.start()
+    caller.join(WAIT)
+    # While the starter's call is under way another start starts nothing (it counted the
+    # same free slot: two calls would start two tasks into one slot).
+    assert answer == [0]
+    gated.release.set()
+    wait_status(store, task_id, OK)
+    assert runs == [task_id]
+
+
 def test_concurrent_workers_never_both_start_a_task(store: Any, make: Any) -> None:
     app = App()
     runs: list[str] = []

@@ -3,7 +3,8 @@
 Where the store batches (``BatchingStore.commit_tasks``), ``Runner.finish`` queues a finished
 task instead of writing it; this loop writes every task that finished since the last round
 trip with one call (up to 100), then settles each (``Runner.settle``: its stop commands are
-answered and its slot is free for the next start)."""
+answered and its slot is free for the next start) and starts the next tasks into the freed
+slots itself (``start_next``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import logging
 import queue
 import threading
 
+from chongming_redis.errors import StoreError
 from chongming_redis.runtime.runner import Runner
 
 log = logging.getLogger("chongming_redis.runtime")
@@ -37,4 +39,18 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             log.exception("%s: group commit failed", runner.writer.owner)
         for held in batch:
             held.queued = False  # if the write failed, the supervisor retries it
-            runner.settle(held)
+            runner.settle(held, wake=False)
+        start_next(runner)
+
+
+def start_next(runner: Runner) -> None:
+    """The slots a commit freed take their next tasks in this thread, at once: a handoff to
+    the starter thread cost a wake-up per batch. A failure leaves it to the starter."""
+    try:
+        runner.start_available()
+    except StoreError as exc:  # the starter's loop retries it and logs the outage
+        log.debug("%s: start after a commit failed: %s", runner.writer.owner, exc)
+        runner.wake_starter.set()
+    except Exception:  # never the committer's end
+        log.exception("%s: start after a commit failed", runner.writer.owner)
+        runner.wake_starter.set()

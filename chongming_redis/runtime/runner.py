@@ -83,6 +83,9 @@ class Runner:
         #: How a started task that will not begin is handed back once shutdown has begun.
         self.shutdown_policy = "requeue"
         self._window = Window(self.config.concurrency, self.config.prefetch)
+        #: One start call at a time (the starter thread, the committer after a commit, a
+        #: caller's ``start_available``): each counts the free slots before its call.
+        self._starting = threading.Lock()
         self._look_elsewhere_at = 0.0  # monotonic: when the other buckets may be looked at
 
     def open(self, owner: str) -> None:
@@ -111,7 +114,17 @@ class Runner:
         conservation: an idle slot takes due work another worker's buckets hold, or tasks of
         a type their owner cannot run; the compare-and-set start keeps it exactly-once). A
         look at the other buckets that found nothing waits one start interval before the
-        next. Returns how many started."""
+        next. Returns how many started. While another thread starts, it starts nothing and
+        wakes the starter (the other call may have counted the slots before ours freed)."""
+        if not self._starting.acquire(blocking=False):
+            self.wake_starter.set()
+            return 0
+        try:
+            return self._start_available()
+        finally:
+            self._starting.release()
+
+    def _start_available(self) -> int:
         free = self._window.size() - self._outstanding
         if free <= 0 or not self.accepting.is_set() or not self.app.types:
             return 0
@@ -202,10 +215,10 @@ class Runner:
         here than there are slots."""
         with self._lock:
             self._busy -= 1
-        if not held.queued:
-            self._release(held)
         self._dispatch()
-        self.wake_starter.set()
+        if not held.queued:  # else the committer frees its slot and starts the next tasks
+            self._release(held)
+            self.wake_starter.set()
 
     def _release(self, held: Held) -> None:
         with self._lock:
@@ -389,16 +402,18 @@ class Runner:
         self.writer.flush(held)
         self.settle(held)
 
-    def settle(self, held: Held) -> None:
+    def settle(self, held: Held, *, wake: bool = True) -> None:
         """After a finished task's last state was written (or buffered): answer the stop
-        commands that waited for it, let it go, free its slot, look for more work."""
+        commands that waited for it, let it go, free its slot, look for more work (``wake``:
+        the starter thread does; the committer starts the next tasks itself)."""
         self._release(held)
         now = self.writer.clock.now()
         for command_id in held.stop_commands:  # stop commands wait for the task to really end
             self.writer.complete(command_id, now, held.final_outcome)
         if not held.pending:
             self.held.forget(held)
-        self.wake_starter.set()
+        if wake:
+            self.wake_starter.set()
 
 
 def _log_crash(future: Future[None]) -> None:

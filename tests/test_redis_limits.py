@@ -253,3 +253,22 @@ def test_promotion_after_a_holder_ends_keeps_first_come_first_served(
     move(store, "a0", P)  # handed back: parked behind nobody older, it goes first
     assert go(store, now=102) == ["a0", "a2"]
     assert go(store, now=103) == []
+
+
+def test_a_raised_max_starts_parked_tasks_without_waiting_for_a_holder_to_end(
+    store: RedisTaskStore,
+) -> None:
+    one = to_json(Concurrency(max=1, per="c"))
+    store.record_limits({EXP: one}, {})
+    for i in range(4):
+        store.create(task(f"t{i}", i, f"{EXP}=k"))
+    store.create(task("other", 10))
+    assert go(store) == ["t0", "other"]
+    assert go(store, now=101) == [], "parked behind the holder"
+    store.record_limits({EXP: one}, {})  # the same definition again: nothing moves
+    assert go(store, now=102) == []
+    store.record_limits({EXP: to_json(Concurrency(max=3, per="c"))}, {}, replace=True)
+    assert go(store, now=103) == ["t1", "t2"], "room for two more, first come first served"
+    assert store.client.zrange(store.keys.root + "lp:" + f"{EXP}=k", 0, -1) == [b"t3"]
+    assert [(u.ref, u.held, u.waiting) for u in store.limit_usage()] == [(f"{EXP}=k", 3, 1)]
+    assert go(store, now=104) == []

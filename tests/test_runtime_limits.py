@@ -394,3 +394,32 @@ def test_the_async_client_resolves_refs_and_refuses_a_missing_key(
         assert sum(store.counts().values()) == 3  # the refused ones wrote nothing
     finally:
         store.close()
+
+
+@pytest.mark.redis
+def test_an_async_producer_without_the_app_resolves_refs_from_the_recorded_definitions(
+    redis_proc: Any, namespace: str
+) -> None:
+    import asyncio
+
+    from chongming_redis import AsyncClient
+    from chongming_redis.stores.redis import RedisTaskStore
+
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    try:
+        Controller(store, app=limits_app).record_limits()  # what a worker does at start
+
+        async def main() -> tuple[str, list[str]]:
+            async with AsyncClient.from_url(redis_proc.url, namespace=namespace) as producer:
+                one = await producer.submit("export", {"customer": "acme"})
+                many = await producer.submit_many("charge", [{}, {"x": 1}])
+                with pytest.raises(LimitKeyError, match="customer"):
+                    await producer.submit("export", {"n": 1})
+            return one.task_id, [h.task_id for h in many]
+
+        one, many = asyncio.run(main())
+        assert store.get(one).limits == export_refs("acme")  # type: ignore[union-attr]
+        assert [store.get(i).limits for i in many] == [("payments",), ("payments",)]  # type: ignore[union-attr]
+        assert sum(store.counts().values()) == 3  # the refused one wrote nothing
+    finally:
+        store.close()

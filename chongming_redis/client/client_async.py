@@ -257,7 +257,7 @@ class AsyncClient(ClientFlows):
             case TaskTypes():
                 return await self.store.task_types()
             case RecordedLimits():
-                # The async Redis store reads them once it records limits (LimitsStore).
+                # AsyncRedisTaskStore reads them; a store without the read limits nothing.
                 reader = getattr(self.store, "limit_definitions", None)
                 return None if reader is None else await reader()
             case Nudge(topic):

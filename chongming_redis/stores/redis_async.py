@@ -140,6 +140,11 @@ class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
     async def task_types(self) -> frozenset[str]:
         return await self._perform(ops.task_types(self.keys))
 
+    async def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+        """The limit definitions the workers recorded (``LimitsStore.limit_definitions``):
+        a producer without the app submits a task under its type's limits from them."""
+        return await self._perform(ops.limit_definitions(self.keys))
+
     async def server_time(self) -> datetime:
         return await self._perform(ops.server_time(self.keys))
 

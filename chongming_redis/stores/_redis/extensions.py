@@ -101,7 +101,7 @@ class RedisExtensions(Driver[ClusterCalls]):
 
     def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
         """``(limit id -> definition JSON, task type -> its limit ids)`` as recorded."""
-        return self._perform(_limit_definitions(self.keys))
+        return self._perform(ops.limit_definitions(self.keys))
 
     def limit_usage(self, *, limit: int = 1000) -> list[LimitUsage]:
         """The refs with a holder or a live waiter, busiest first (``LimitsStore``): reads
@@ -244,22 +244,17 @@ def _record_limits(
     writes: list[ops.Read] = []
     if checked:
         writes.append(ops.Read(keys.limits, "hset", (keys.limits, None, None, checked)))
+        # A definition written anew (a raised max, say) is read by the next start, which
+        # puts back the parked tasks of every ref of its ids (as a holder's end does), so
+        # they need not wait for the next holder to end.
+        in_use = yield ops.Read(keys.limit_refs, "smembers", (keys.limit_refs,))
+        refs = sorted(r for r in map(_text, in_use) if r.split("=", 1)[0] in checked)
+        if refs:
+            writes.append(ops.Read(keys.limit_freed, "sadd", (keys.limit_freed, *refs)))
     if types:
         by_type = {name: json.dumps(list(ids)) for name, ids in types.items()}
         writes.append(ops.Read(keys.limit_types, "hset", (keys.limit_types, None, None, by_type)))
     yield ops.Transaction(keys.limits, tuple(writes))
-
-
-def _limit_definitions(
-    keys: Keys,
-) -> ops.Plan[tuple[dict[str, str], dict[str, tuple[str, ...]]]]:
-    defs = yield ops.Read(keys.limits, "hgetall", (keys.limits,))
-    types = yield ops.Read(keys.limit_types, "hgetall", (keys.limit_types,))
-    try:
-        by_type = {_text(k): tuple(json.loads(_text(v))) for k, v in types.items()}
-    except ValueError as exc:
-        raise CorruptRecord(keys.limit_types, None, f"a type's ids are not JSON: {exc}") from None
-    return {_text(k): _text(v) for k, v in defs.items()}, by_type
 
 
 def _limit_usage(keys: Keys, size: int) -> ops.Plan[list[LimitUsage]]:

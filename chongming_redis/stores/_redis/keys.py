@@ -171,6 +171,7 @@ class Keys:
         self.limit_types = self.root + "limit-types"
         # The refs that may have a holder, a parked task or a waiter (limit_usage's list).
         self.limit_refs = self.root + "lrefs"
+        self.limit_freed = self.root + "lf"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id

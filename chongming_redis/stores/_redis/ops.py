@@ -22,6 +22,7 @@ method it names (the same name on both clients, so the same reply parsing).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -277,6 +278,20 @@ def recorded_num_buckets(keys: Keys) -> Plan[int | None]:
         return int(raw)
     except ValueError:
         raise CorruptRecord(key, "num_buckets", f"{raw!r} is not a count") from None
+
+
+def limit_definitions(
+    keys: Keys,
+) -> Plan[tuple[dict[str, str], dict[str, tuple[str, ...]]]]:
+    """``LimitsStore.limit_definitions``: ``(limit id -> definition JSON, task type -> its
+    limit ids)`` as the workers recorded them (two reads; the sync and the async store's)."""
+    defs = yield Read(keys.limits, "hgetall", (keys.limits,))
+    types = yield Read(keys.limit_types, "hgetall", (keys.limit_types,))
+    try:
+        by_type = {text(k): tuple(json.loads(text(v))) for k, v in types.items()}
+    except ValueError as exc:
+        raise CorruptRecord(keys.limit_types, None, f"a type's ids are not JSON: {exc}") from None
+    return {text(k): text(v) for k, v in defs.items()}, by_type
 
 
 def task_types(keys: Keys) -> Plan[frozenset[str]]:

@@ -14,8 +14,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Annotated
@@ -43,16 +41,16 @@ from chongming_redis.cli.common import (
     where,
 )
 from chongming_redis.cli.registry import Commands
+from chongming_redis.cli.worker_metrics import (
+    check_metrics_port,
+    metrics_shared,
+    serve_metrics,
+    worker_metrics,
+)
 
 if TYPE_CHECKING:  # imported by the commands that need it: the CLI starts fast
-    from wsgiref.simple_server import WSGIServer
-
-    from prometheus_client import CollectorRegistry
-
     from chongming_redis.policy import RetryPolicy
-    from chongming_redis.runtime.app import App
     from chongming_redis.runtime.config import ControllerConfig
-    from chongming_redis.runtime.events import WorkerEvents
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: ``2026-03-01 13:00:05.123 INFO    reconnected to Redis after 12.0 s (40 failed call(s))``
@@ -140,7 +138,9 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     from chongming_redis.runtime.controller import Controller
 
     app = load_app(options.app_spec)
-    events = worker_metrics(options, app, serve=not child)  # the port first: fail fast
+    events = worker_metrics(
+        options.metrics_host, options.metrics_port, app, serve=not child
+    )  # the port first: fail fast
     store = open_store(options.redis, options.namespace, store_url=options.store_url,
                        create=True, durability_replicas=options.durability_replicas,
                        cluster=options.cluster)  # fmt: skip
@@ -202,7 +202,8 @@ def run_workers(options: WorkerOptions, processes: int) -> None:
     if path is not None:  # before the private Redis: a taken port fails with nothing to undo
         from chongming_redis.metrics.worker import child_exited, shared_registry
 
-        server = serve_metrics(shared_registry(path), options, say=_say)
+        server = serve_metrics(shared_registry(path), options.metrics_host, options.metrics_port,
+                               say=_say)  # fmt: skip
         on_exit = partial(child_exited, path)
     embedded = None
 
@@ -266,66 +267,6 @@ def _say(line: str) -> None:
     """A line of the ``--processes`` parent: printed, not logged (a log line would start the
     log writer's thread in the parent before it forks)."""
     err.print(line, highlight=False, soft_wrap=True)
-
-
-# -- metrics ------------------------------------------------------------------------------------
-
-
-def check_metrics_port(port: int) -> int:
-    """``--metrics-port``: 0 (no metrics) or a TCP port; another value is a ``UserError``."""
-    if not 0 <= port <= 65535:
-        raise UserError(f"--metrics-port must be a TCP port from 1 to 65535 (0: no metrics), "
-                        f"not {port}")  # fmt: skip
-    return port
-
-
-@contextmanager
-def metrics_shared(enabled: bool) -> Iterator[str | None]:
-    """With ``enabled`` (a ``--processes`` parent serving metrics): the directory in which its
-    children will write their series, set up before the app is imported (``metrics/shared.py``)
-    and removed at the end; else ``None``."""
-    if not enabled:
-        yield None
-        return
-    from chongming_redis.metrics.shared import shared_between_processes
-
-    with shared_between_processes() as path:  # a ValueError: one line (user_errors)
-        yield path
-
-
-def worker_metrics(options: WorkerOptions, app: App, *, serve: bool) -> WorkerEvents | None:
-    """The worker's metrics (``None`` without ``--metrics-port``), served on their port unless
-    a parent serves them (``serve=False``: the series go to the shared files)."""
-    if not options.metrics_port:
-        return None
-    from prometheus_client import CollectorRegistry, disable_created_metrics
-
-    from chongming_redis.metrics.worker import WorkerMetrics, worker_registry
-
-    if not serve:  # the series go to this child's files; its registry is never read
-        return WorkerMetrics(CollectorRegistry(), tasks=app.types)
-    # No ``_created`` series beside each counter and histogram (this process is ours): as many
-    # series again, and the --processes endpoint (multiprocess mode) has none either.
-    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped there
-    registry = worker_registry()
-    serve_metrics(registry, options, say=logging.getLogger("chongming_redis.worker").info)
-    return WorkerMetrics(registry, tasks=app.types)
-
-
-def serve_metrics(
-    registry: CollectorRegistry, options: WorkerOptions, *, say: Callable[[str], None]
-) -> WSGIServer:
-    """``/metrics`` on ``--metrics-host:--metrics-port``, and ``say`` where; one line and
-    exit 1 when the port is taken or the host is not this machine's."""
-    from chongming_redis.metrics.worker import serve
-
-    host, port = options.metrics_host, options.metrics_port
-    try:
-        server = serve(registry, host, port)
-    except OSError as exc:
-        raise UserError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
-    say(f"metrics on http://{f'[{host}]' if ':' in host else host}:{port}/metrics")
-    return server
 
 
 # -- the command -------------------------------------------------------------------------------

@@ -5,12 +5,15 @@ so their holder can claim them."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 
 from chongming_redis.model import Command, CommandKind, TaskSnapshot, TaskStatus
 from chongming_redis.runtime.held import Held, advance, holder
+from chongming_redis.runtime.notify import WORK
 from chongming_redis.runtime.submission import unchanged, unheld_target
 from chongming_redis.runtime.writer import TaskWriter
+from chongming_redis.validation import check_identifier
 
 
 class CommandHandler:
@@ -28,6 +31,26 @@ class CommandHandler:
         self.store = writer.store
         self.stop_unbegun = stop_unbegun
         self.release_unbegun = release_unbegun
+
+    def control(self, task_id: str, kind: CommandKind, publish: Callable[[str], None]) -> str:
+        """``Controller.stop/pause/resume``: act locally on a task this process holds;
+        otherwise queue a command for the holder and nudge it (``publish`` its topic). Returns
+        the outcome (local) or ``"sent:<command id>"``."""
+        check_identifier(task_id, "task_id")
+        held = self.writer.held.get(task_id)
+        if held is not None and not held.done:
+            return self.apply(held, kind, command_id=None)
+        snapshot = self.store.get(task_id)
+        if snapshot is None:
+            raise ValueError(f"no task {task_id!r}")
+        if snapshot.status.is_terminal:
+            return "already-terminal"
+        command_id = f"cmd-{secrets.token_hex(8)}"
+        owner = self.writer.owner
+        command = Command(command_id, task_id, kind, self.writer.clock.now(), issued_by=owner)
+        self.store.submit_command(command)
+        publish(holder(snapshot) or WORK)
+        return f"sent:{command_id}"
 
     def handle_commands(self) -> int:
         """Claim and handle one batch of commands; returns how many were claimed."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -35,7 +34,6 @@ from pydantic import BaseModel
 
 from chongming_redis.errors import UniqueTaken
 from chongming_redis.model import (
-    Command,
     CommandKind,
     TaskQuery,
     TaskSnapshot,
@@ -50,12 +48,13 @@ from chongming_redis.runtime.commands import CommandHandler
 from chongming_redis.runtime.committer import commit_finished
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
-from chongming_redis.runtime.held import HeldTasks, holder
+from chongming_redis.runtime.held import HeldTasks
 from chongming_redis.runtime.loops import OUTAGE, every, store_name
 from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.retention import expire_finished
 from chongming_redis.runtime.runner import Runner
+from chongming_redis.runtime.signals import ShutdownSignals
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.runtime.stranded import StrandedWarnings
 from chongming_redis.runtime.submission import NewTask, new_task
@@ -243,22 +242,7 @@ class Controller:
         return self._control(task_id, CommandKind.RESUME)
 
     def _control(self, task_id: str, kind: CommandKind) -> str:
-        """Act locally on a task this process holds; otherwise queue a command for the holder
-        and nudge it. Returns the outcome (local) or ``"sent:<command id>"``."""
-        check_identifier(task_id, "task_id")
-        held = self.held.get(task_id)
-        if held is not None and not held.done:
-            return self.commands.apply(held, kind, command_id=None)
-        snapshot = self.store.get(task_id)
-        if snapshot is None:
-            raise ValueError(f"no task {task_id!r}")
-        if snapshot.status.is_terminal:
-            return "already-terminal"
-        command_id = f"cmd-{secrets.token_hex(8)}"
-        command = Command(command_id, task_id, kind, self.clock.now(), issued_by=self.owner)
-        self.store.submit_command(command)
-        self.notifier.publish(holder(snapshot) or WORK)
-        return f"sent:{command_id}"
+        return self.commands.control(task_id, kind, self.notifier.publish)
 
     # -- one pass of each loop (tests and tools drive them directly) ----------------------
 
@@ -395,28 +379,15 @@ class Controller:
         ``--processes`` parent, to which Ctrl-C and systemd's ``KillMode=control-group``
         deliver it both directly and through the parent (2 s there; a lone worker gets every
         signal once, so a quick second Ctrl-C counts)."""
-        signals = {"count": 0, "first": 0.0}
-        stop = threading.Event()
-
-        def on_signal(signum: int, frame: Any) -> None:
-            now = time.monotonic()
-            if signals["count"] == 1 and now - signals["first"] < same_signal_within:
-                return
-            signals["count"] += 1
-            if signals["count"] == 1:
-                signals["first"] = now
-                log.warning("%s: signal %d, shutting down (grace %.0fs)", self.owner, signum, grace)
-            stop.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
+        signals = ShutdownSignals(self.owner, grace, same_signal_within)
+        signals.install()
         self.start()
-        stop.wait()
+        signals.stop.wait()
         worker = threading.Thread(target=self.shutdown, args=(grace,), daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.1)
-            if signals["count"] > 1:
+            if signals.again:
                 log.warning("%s: second signal, handing running tasks back now", self.owner)
                 for held in self.held.active():
                     self.writer.hand_back(held, "requeue")

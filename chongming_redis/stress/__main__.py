@@ -37,6 +37,7 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         prog="chongming-redis stress",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=invariants(),
     )
     p.add_argument(
         "--redis",
@@ -97,6 +98,19 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         workdir=a.workdir,
     )
     return opts, a.json_file, a.seeds
+
+
+def invariants() -> str:
+    """The ``--help`` epilog: the invariants every run checks (``report.VIOLATION_KINDS``,
+    the report's ``violations: <kind>`` rows; docs/reliability.md)."""
+    lines, line = [], " "
+    for kind in VIOLATION_KINDS:
+        if len(line) + len(kind) > 88:
+            lines.append(line)
+            line = " "
+        line += f" {kind},"
+    lines.append(line.rstrip(","))
+    return "invariants checked on every run (any violation fails it):\n" + "\n".join(lines)
 
 
 def seed_range(text: str) -> list[int]:

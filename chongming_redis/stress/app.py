@@ -32,7 +32,13 @@ Negative controls (``CHONGMING_STRESS_UNSAFE``), which the checkers must report:
 The task policies (issue 25) have their own types, a small share of the load
 (``producer.workload``): ``flaky`` (a ``RetryPolicy``; fails on purpose while ``attempt <
 fail_until``), ``slow`` (a ``timeout``, overrun silently or at checkpoints), ``brief`` (a
-retention of a few seconds); the unique submits use ``step``.
+retention of a few seconds); the unique submits use ``step``. So have the limits (issue 26):
+``limited`` (``Concurrency(2, per="key")``) and ``rated`` (``RateLimit(1, per=1.0,
+burst=1)``), whose functions also record the server's ``TIME`` as they begin
+(``stress:<ns>:began``: ``<task>|<attempt>|<s>|<us>``, after the start landed:
+``limit_checks``). A fourth control, ``ignore-limits``: the workers never record the limit
+definitions (``RedisTaskStore.record_limits`` does nothing), so the store's start limits
+nothing (a ref whose limit id is not recorded limits nothing).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import redis
 from pydantic import BaseModel, Field
 
 from chongming_redis.errors import StoreError
+from chongming_redis.limits import Concurrency, RateLimit
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy, TaskTimeout
 from chongming_redis.runtime.app import App
@@ -68,6 +75,14 @@ FENCED_PUSH = """
 local v = redis.call('HMGET', KEYS[1], 's', 'at', 'lo')
 if v[1] ~= 'running' or v[2] ~= ARGV[1] or v[3] ~= ARGV[2] then return 0 end
 redis.call('RPUSH', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS[1] runs list, KEYS[2] began list; ARGV[1] the runs record, ARGV[2] "<task>|<attempt>".
+TIMED_BEGIN = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+local now = redis.call('TIME')
+redis.call('RPUSH', KEYS[2], ARGV[2] .. '|' .. now[1] .. '|' .. now[2])
 return 1
 """
 
@@ -90,6 +105,10 @@ def runs_key(namespace: str) -> str:
 
 def effects_key(namespace: str) -> str:
     return "stress:{" + namespace + "}:effects"
+
+
+def began_key(namespace: str) -> str:
+    return "stress:{" + namespace + "}:began"
 
 
 def clocks_key(namespace: str) -> str:
@@ -135,20 +154,26 @@ def _retrying(call: Callable[[], object], seconds: float = 15.0) -> None:
             time.sleep(0.1)
 
 
-def _once(ctx: TaskContext, params: Step) -> dict[str, int]:
-    record = _began(ctx)
+def _once(ctx: TaskContext, params: Step, timed: bool = False) -> dict[str, int]:
+    record = _began(ctx, timed)
     _steps(ctx, params)
     _fenced_effect(ctx, record)
     return {"attempt": ctx.attempt}
 
 
-def _began(ctx: TaskContext) -> str:
-    """Push this execution's "began" record (unfenced); returns it."""
+def _began(ctx: TaskContext, timed: bool = False) -> str:
+    """Push this execution's "began" record (unfenced), and with ``timed`` the server's
+    ``TIME`` beside it (``began_key``) in the same script; returns the record."""
     namespace = os.environ[NS_ENV]
     record = f"{ctx.task_id}|{ctx.attempt}|{os.getpid()}|{secrets.token_hex(6)}"
     client = _client()
     _record_clock(client, namespace)
-    _retrying(lambda: client.rpush(runs_key(namespace), record))
+    if timed:
+        keys = (runs_key(namespace), began_key(namespace))
+        at = f"{ctx.task_id}|{ctx.attempt}"
+        _retrying(lambda: client.eval(TIMED_BEGIN, 2, *keys, record, at))
+    else:
+        _retrying(lambda: client.rpush(runs_key(namespace), record))
     return record
 
 
@@ -264,6 +289,29 @@ def brief(ctx: TaskContext, params: Step) -> dict[str, int]:
     return _once(ctx, params)
 
 
+# -- the limits (issue 26): a small share of the load too (producer.workload) --------------
+
+#: ``limited``'s limit: at most 2 at once per ``key``; ``rated``'s: one start a second.
+LIMITED = Concurrency(2, per="key")
+RATED = RateLimit(1, per=1.0, burst=1)
+
+
+class Keyed(Step):
+    key: str = Field(default="k0", min_length=1, max_length=20)
+
+
+@app.task(limits=[LIMITED])
+def limited(ctx: TaskContext, params: Keyed) -> dict[str, int]:
+    """``step`` under ``LIMITED``."""
+    return _once(ctx, params, timed=True)
+
+
+@app.task(limits=[RATED])
+def rated(ctx: TaskContext, params: Step) -> dict[str, int]:
+    """``step`` under ``RATED``."""
+    return _once(ctx, params, timed=True)
+
+
 def blind_start_tasks(
     self: RedisTaskStore,
     *,
@@ -335,6 +383,13 @@ def ignore_policies() -> None:
     RedisTaskStore.expire_finished = expire_early  # type: ignore[method-assign,assignment]
 
 
+def _record_nothing(self: RedisTaskStore, *args: object, **kwargs: object) -> None:
+    """UNSAFE (the ``ignore-limits`` negative control): ``record_limits`` that records
+    nothing, so the store's start limits nothing."""
+
+
+if os.environ.get(UNSAFE_ENV) == "ignore-limits":
+    RedisTaskStore.record_limits = _record_nothing  # type: ignore[method-assign,assignment]
 if os.environ.get(UNSAFE_ENV) == "skip-cas":
     RedisTaskStore.start_tasks = blind_start_tasks  # type: ignore[method-assign,assignment]
 elif os.environ.get(UNSAFE_ENV) == "ignore-policies":

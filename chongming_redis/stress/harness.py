@@ -51,7 +51,12 @@ from chongming_redis.stress.plumbing import (
     upstream_of,
 )
 from chongming_redis.stress.policy_report import PolicyRun
-from chongming_redis.stress.producer import submit_until_known, unacknowledged, workload
+from chongming_redis.stress.producer import (
+    limit_clumps,
+    submit_until_known,
+    unacknowledged,
+    workload,
+)
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
 
 APP = "chongming_redis.stress.app:app"
@@ -211,7 +216,7 @@ def run(opts: Options) -> dict[str, Any]:
     n_commands = opts.commands if opts.commands is not None else max(5, opts.tasks // 8)
     stop_load = threading.Event()
 
-    def submit(task_id: str, params: dict[str, int], name: str = "step",
+    def submit(task_id: str, params: dict[str, Any], name: str = "step",
                unique: str | None = None) -> None:  # fmt: skip
         submitted.append(task_id)
         returned = submit_until_known(driver, task_id, params, log, name=name, unique=unique)
@@ -230,6 +235,8 @@ def run(opts: Options) -> dict[str, Any]:
             time.sleep(max(0.0, target - time.monotonic()))
             planned = workload(i, rng)
             submit(planned.task_id, planned.params, planned.name, planned.unique)
+            for extra in limit_clumps(i):  # the limits' tasks, beside the load
+                submit(extra.task_id, extra.params, extra.name)
         # The faults run one after another, so in a short window the last ones can start after
         # the planned load ended (a lease holder pause needs a RUNNING task): keep a trickle of
         # filler tasks (x00000, ...) coming until the nemesis is done.
@@ -342,7 +349,8 @@ def run(opts: Options) -> dict[str, Any]:
         workers=opts.workers,
         worker_processes_started=workers.spawned,
         worker_unexpected_exits=workers.unexpected_exits,
-        filler_tasks=sum(1 for t in acked_tasks if t.startswith("x")),
+        # the tasks beside the planned --tasks: the trickle (x...) and the limits' (l...)
+        filler_tasks=sum(1 for t in acked_tasks if t.startswith(("x", "l"))),
         # Why a submit stayed unacknowledged (its last log line), so a short count explains itself.
         unacknowledged_submits=unacknowledged(log.records, set(submitted) - set(acked_submits)),
         faults_scheduled=dict(nemesis.scheduled),

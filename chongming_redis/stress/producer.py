@@ -55,7 +55,7 @@ def workload(i: int, rng: random.Random) -> Planned:
     the ``k``-th of every 30, three submits of unique id ``u<k>`` of a ``step`` of about a
     second (at ``30k + 5``, ``+ 6``: its holder still unfinished, and ``+ 29``, about 2.7 s
     later with the default window: mostly finished). The seed's draws are the same whatever
-    the share."""
+    the share. The limits' tasks come beside this load (``limit_clumps``)."""
     steps = {"steps": rng.randint(3, 8), "ms": rng.randint(10, 60)}
     task_id, k = f"t{i:05d}", i // 30
     if i % 30 in (5, 6, 29):
@@ -69,6 +69,25 @@ def workload(i: int, rng: random.Random) -> Planned:
     if i % 30 == 10:
         return Planned(task_id, "brief", steps)
     return Planned(task_id, "step", steps)
+
+
+def limit_clumps(i: int) -> list[Planned]:
+    """The limits' tasks (``stress/app.py``), submitted right after the ``i``-th submit of
+    ``workload``, beside the load (not instead of a part of it), one submit after the other,
+    so limits that were not enforced would show: after ``30k + 14`` four ``limited`` tasks of
+    key ``k<k mod 3>`` (about a second each: with ``max`` 2 they run two by two), after
+    ``+ 22`` one of the next key, after ``+ 24`` four ``rated`` ones (one start a second:
+    three of them wait). Their ids start with ``l`` (``l<i><a-d>``)."""
+    k, at = i // 30, i % 30
+    limited = {"steps": 10, "ms": 100}
+    if at == 14:
+        return [Planned(f"l{i:05d}{c}", "limited", {**limited, "key": f"k{k % 3}"})
+                for c in "abcd"]  # fmt: skip
+    if at == 22:
+        return [Planned(f"l{i:05d}a", "limited", {**limited, "key": f"k{(k + 1) % 3}"})]
+    if at == 24:
+        return [Planned(f"l{i:05d}{c}", "rated", {"steps": 3, "ms": 20}) for c in "abcd"]
+    return []
 
 
 def submit_until_known(

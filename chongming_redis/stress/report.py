@@ -12,7 +12,7 @@ from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress import checkers, feed_watch, policy_report, start_checks
+from chongming_redis.stress import checkers, feed_watch, limit_checks, policy_report, start_checks
 from chongming_redis.stress.policy_report import PolicyRun
 
 VIOLATION_KINDS = (
@@ -34,6 +34,10 @@ VIOLATION_KINDS = (
     "removed_early",
     "unique_duplicates",
     "unique_orphans",
+    # the limits (stress/limit_checks.py)
+    "limit_overruns",
+    "stale_holders",
+    "rate_overruns",
 )
 
 #: The workers' start interval (``ControllerConfig.start_poll_interval``, the CLI's default).
@@ -101,6 +105,8 @@ def collect(
     )
     policy_found, policy_counts = policy_report.check(store, known, histories, tombstones, run)
     found += policy_found
+    limit_found, limit_counts = check_limits(store, namespace, known, histories)
+    found += limit_found
     counts = checkers.count(found)
     statuses = Counter(s.status.value for s in known.values() if s is not None)
     retried = sum(
@@ -136,12 +142,48 @@ def collect(
         "removed": len(gone.tombstones),
         "removed_unwatched": len(gone.unverifiable),
         **policy_counts,
+        **limit_counts,
     }
     for kind in VIOLATION_KINDS:
         report[kind] = counts.get(kind, 0)
     report["double_claims"] = counts.get("double_claims", 0)
     report["violation_examples"] = [vars(v) for v in found[:20]]
     return report
+
+
+def check_limits(
+    store: RedisTaskStore,
+    namespace: str,
+    known: dict[str, TaskSnapshot | None],
+    histories: dict[str, list[Transition]],
+) -> tuple[list[checkers.Violation], dict[str, Any]]:
+    """The limits' checkers (``limit_checks``) against the app's own definitions (what the
+    types ask for, whatever the workers recorded), the began records and the holder sets
+    (``{ns}:lh:<ref>``) as they are now: the run is quiet, nothing writes."""
+    definitions = limit_checks.Definitions.parse(stress_app.app.limit_definitions()[0])
+    client = store.client
+    began = limit_checks.parse_began(client.lrange(stress_app.began_key(namespace), 0, -1))
+    result = limit_checks.check_concurrency(histories, known, began, definitions)
+    limit_checks.check_rates(histories, known, began, definitions, result=result)
+    prefix = store.keys.limit_holders("")
+    holders = {
+        _text(key)[len(prefix) :]: {_text(m) for m in client.smembers(key)}
+        for key in client.scan_iter(match="\\{" + namespace + "\\}:lh:*", count=1000)
+    }
+    tasks = dict(known)
+    named: set[str] = set().union(*holders.values())
+    for task_id in named - set(tasks):
+        tasks[task_id] = store.get(task_id)
+    found = result.violations + limit_checks.check_holders(holders, tasks, definitions)
+    limited = [s for s in known.values() if s is not None and s.limits]
+    return found, {
+        "limited_tasks": len(limited),
+        # per limit id: the most of one ref certainly holding at once / starts over the bound
+        "limit_peaks": result.peaks,
+        "rate_peaks": result.rate_peaks,
+        "limit_unjudged": result.unjudged,
+        "limit_holders_at_end": sum(len(m) for m in holders.values()),
+    }
 
 
 def failure_types(finals: dict[str, TaskSnapshot | None]) -> dict[str, int]:
@@ -194,6 +236,11 @@ def render(report: dict[str, Any], *, stderr: bool = False) -> None:
         "unique_created",
         "unique_returned_holder",
         "policy_bounds",
+        # the limits
+        "limited_tasks",
+        "limit_peaks",
+        "rate_peaks",
+        "limit_unjudged",
     ):
         table.add_row(key, str(report.get(key, "-")))
     for key in VIOLATION_KINDS:

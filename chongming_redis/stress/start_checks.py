@@ -145,14 +145,19 @@ def check_work_conservation(
     started a task at ``u`` with ``d + interval + slack <= u <= s - slack`` and still had a
     free slot after it (a start round with room left takes due work from every bucket: its
     own, then the others', ``Runner.start_available``). ``quiet(since, until)``: no fault in
-    that window (a stopped worker or a dropped connection may hold a start back)."""
+    that window (a stopped worker or a dropped connection may hold a start back). A task with
+    limits is not judged: its limit may hold it back by design (``limit_checks`` judge it),
+    while the tasks beside it, held back by nothing, still are."""
     occupancy = _occupancy(histories)
     found = []
     for task_id, history in histories.items():
+        final = finals.get(task_id)
+        if final is not None and final.limits:
+            continue
         for i, entry in enumerate(history):
             if not _is_start(entry):
                 continue
-            due = due_since(history, i, finals.get(task_id))
+            due = due_since(history, i, final)
             started = entry.at.timestamp()
             if due is None or started - due <= interval + 2 * slack or not quiet(due, started):
                 continue

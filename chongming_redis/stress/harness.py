@@ -17,6 +17,7 @@ Layout of one run (``--keep`` leaves it on disk):
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import secrets
@@ -239,9 +240,10 @@ def run(opts: Options) -> dict[str, Any]:
                 submit(extra.task_id, extra.params, extra.name)
         # The faults run one after another, so in a short window the last ones can start after
         # the planned load ended (a lease holder pause needs a RUNNING task): keep a trickle of
-        # filler tasks (x00000, ...) coming until the nemesis is done.
+        # filler tasks (x00000, ...) coming until the nemesis is done — however long it takes
+        # (a clock-skew fault late in the run waits for its new worker to run one).
         interval = max(0.05, window / max(1, opts.tasks))
-        for j in range(opts.tasks):
+        for j in itertools.count():
             if not nemesis.running() or stop_load.is_set():
                 return
             time.sleep(interval)

@@ -119,26 +119,36 @@ def at(seconds: float) -> datetime:
 class Harness:
     """One store plus a fingerprint of everything it holds."""
 
-    def __init__(self, backend: str, server: Any) -> None:
+    def __init__(self, backend: str, server: Any, place: SqlPlace | None = None) -> None:
         self.backend = backend
+        self.place = place
         self.client: redis.Redis | None = None
         self.store: Any
         # SQL statements the SQLite store's connection ran; on PostgreSQL, the transactions
         # the store opened (every call that reaches the server opens one).
         self.statements = 0
+        # Set by ``refusals_harness``: the store is used through ``refuses`` only, so the
+        # fingerprint after one refusal is the one before the next (``unchanged``).
+        self.only_refusals = False
+        self._known: Any = None
         if backend == "memory":
             self.store = InMemoryTaskStore()
             self.namespace = ""
         elif backend == "sqlite":
-            self._dir = tempfile.TemporaryDirectory(prefix="bad-input-")
-            self.path = Path(self._dir.name) / "bad.sqlite3"
+            if place is None:
+                self._dir = tempfile.TemporaryDirectory(prefix="bad-input-")
+                self.path = Path(self._dir.name) / "bad.sqlite3"
+            else:
+                self.path = place.path
             self.store = SqliteTaskStore(self.path)
             self.namespace = ""
             self.store._connection().set_trace_callback(self._count_statement)
         elif backend == "postgres":
-            self.namespace = f"bad_{uuid.uuid4().hex[:12]}"
+            self.namespace = f"bad_{uuid.uuid4().hex[:12]}" if place is None else place.schema
             self.store = PostgresTaskStore(server.dsn, schema=self.namespace)
-            self.reader = psycopg.connect(server.dsn, autocommit=True)
+            self.reader = (
+                psycopg.connect(server.dsn, autocommit=True) if place is None else place.reader
+            )
             opened = self.store._transaction
 
             def counted(*, write: bool) -> Any:
@@ -167,13 +177,13 @@ class Harness:
         self.statements += 1
 
     def close(self) -> None:
-        if self.backend == "postgres":
+        if self.backend == "postgres" and self.place is None:
             self.store.drop_schema()
             self.reader.close()
         self.store.close()
         if self.client is not None:
             self.client.close()
-        if self.backend == "sqlite":
+        if self.backend == "sqlite" and self.place is None:
             self._dir.cleanup()
 
     def fingerprint(self) -> Any:
@@ -198,7 +208,8 @@ class Harness:
     @contextmanager
     def unchanged(self, *, no_server_call: bool = False) -> Iterator[None]:
         """The block must leave the store byte-identical (and, if asked, send Redis nothing)."""
-        before = self.fingerprint()
+        known, self._known = self._known, None
+        before = known if known is not None and self.only_refusals else self.fingerprint()
         calls = self.commands_processed() if no_server_call and self.client else 0
         statements = self.statements
         yield
@@ -207,7 +218,9 @@ class Harness:
             assert self.commands_processed() - calls == 1, "a refused call reached Redis"
         if no_server_call:
             assert self.statements == statements, f"a refused call reached {self.backend}"
-        assert self.fingerprint() == before
+        after = self.fingerprint()
+        assert after == before
+        self._known = after
 
     def refuses(
         self, error: type[BaseException] | tuple[type[BaseException], ...], call: Callable[[], Any]
@@ -255,14 +268,106 @@ def h(request: pytest.FixtureRequest) -> Iterator[Harness]:
     harness.close()
 
 
+class SqlPlace:
+    """The SQLite file or PostgreSQL schema that the examples of one @given test take turns on
+    (``harness``), instead of each creating a database of its own (the schema's DDL was most of
+    an example's cost). ``pristine``: every row of every table just after the first store
+    created it, i.e. what a new database holds; ``empty`` puts exactly that back."""
+
+    def __init__(self, backend: str, server: Any) -> None:
+        self.backend = backend
+        self.pristine: dict[str, list[tuple[Any, ...]]] | None = None
+        if backend == "sqlite":
+            self._dir = tempfile.TemporaryDirectory(prefix="bad-input-")
+            self.path = Path(self._dir.name) / "bad.sqlite3"
+        else:
+            self.schema = f"bad_{uuid.uuid4().hex[:12]}"
+            self.reader = psycopg.connect(server.dsn, autocommit=True)
+
+    def rows(self) -> dict[str, list[tuple[Any, ...]]]:
+        if self.backend == "sqlite":
+            return sqlite_rows(self.path)
+        return postgres_rows(self.reader, self.schema)
+
+    def empty(self) -> None:
+        """Delete every row the examples wrote and put back the pristine ones (meta, the
+        schema version); then every table holds exactly what it held new (checked). No table
+        has a sequence or an AUTOINCREMENT counter that a deleted row would leave behind."""
+        assert self.pristine is not None
+        if self.backend == "sqlite":
+            with closing(sqlite3.connect(self.path)) as db, db:
+                for table in self.rows():
+                    db.execute(f'DELETE FROM "{table}"')
+                for table, rows in self.pristine.items():
+                    for row in rows:
+                        marks = ", ".join("?" * len(row))
+                        db.execute(f'INSERT INTO "{table}" VALUES ({marks})', row)
+        else:
+            with self.reader.transaction():
+                for table in self.rows():
+                    name = pg_sql.Identifier(self.schema, table)
+                    self.reader.execute(pg_sql.SQL("DELETE FROM {}").format(name))
+                for table, rows in self.pristine.items():
+                    for row in rows:
+                        values = pg_sql.SQL(", ").join(pg_sql.Placeholder() * len(row))
+                        insert = pg_sql.SQL("INSERT INTO {} VALUES ({})").format(
+                            pg_sql.Identifier(self.schema, table), values
+                        )
+                        self.reader.execute(insert, row)
+        assert self.rows() == self.pristine, "the database is not back to what it held new"
+
+    def close(self) -> None:
+        if self.backend == "sqlite":
+            self._dir.cleanup()
+        else:
+            drop = pg_sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE")
+            self.reader.execute(drop.format(pg_sql.Identifier(self.schema)))
+            self.reader.close()
+
+
 @contextmanager
 def harness(backend: str, request: pytest.FixtureRequest) -> Iterator[Harness]:
-    """For @given tests: a fresh store (fresh namespace) per example."""
-    made = Harness(backend, server_of(request, backend))
+    """For @given tests: a fresh, empty store per example. Memory and Redis: a new store (a new
+    namespace). SQLite and PostgreSQL: a new store object on the test's one database
+    (``SqlPlace``), emptied back to exactly the rows a new one holds before every example but
+    the first."""
+    place: SqlPlace | None = None
+    if backend in ("sqlite", "postgres"):
+        node: Any = request.node
+        place = getattr(node, "_bad_input_place", None)
+        if place is None:
+            place = node._bad_input_place = SqlPlace(backend, server_of(request, backend))
+            request.addfinalizer(place.close)
+        else:
+            place.empty()
+    made = Harness(backend, server_of(request, backend), place)
+    if place is not None and place.pristine is None:
+        place.pristine = place.rows()
     try:
         yield made
     finally:
         made.close()
+
+
+def refusals_harness(
+    backend: str, request: pytest.FixtureRequest, prepare: Callable[[Harness], object]
+) -> Harness:
+    """For @given tests whose examples make only refused calls: one store for every example of
+    the test (made and ``prepare``d by the first). Each example still starts from exactly what
+    a fresh store holds after ``prepare``: every refusal is checked to leave the store
+    byte-identical and to reach no server (``Harness.refuses``), so a refusal that changed
+    anything fails its own example, as it did on a fresh store. The fingerprint a refusal is
+    checked against is the one taken after the refusal before it (``only_refusals``): the
+    store was checked to be exactly that, and nothing else used it since."""
+    node: Any = request.node
+    made: Harness | None = getattr(node, "_refusals_harness", None)
+    if made is None:
+        made = Harness(backend, server_of(request, backend))
+        request.addfinalizer(made.close)
+        prepare(made)
+        made.only_refusals = True
+        node._refusals_harness = made
+    return made
 
 
 def populate(h: Harness) -> None:
@@ -328,10 +433,9 @@ def id_entry_points(store: Any, bad: object) -> list[Callable[[], Any]]:
 def test_b1_a_refused_id_raises_a_typed_error_before_any_redis_call(
     backend: str, request: pytest.FixtureRequest, bad: object
 ) -> None:
-    with harness(backend, request) as h:
-        h.store.create(task("a"))
-        for call in id_entry_points(h.store, bad):
-            h.refuses(BAD, call)
+    h = refusals_harness(backend, request, lambda made: made.store.create(task("a")))
+    for call in id_entry_points(h.store, bad):
+        h.refuses(BAD, call)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -622,27 +726,26 @@ WRONG_INTS = st.one_of(
 def test_b7_wrong_types_for_versions_limits_and_counts_are_refused(
     backend: str, request: pytest.FixtureRequest, bad: object
 ) -> None:
-    with harness(backend, request) as h:
-        populate(h)
-        calls = [
-            lambda: h.store.save(task("a", status_version=2**52), expect_version=bad),
-            lambda: h.store.history("a", since_version=bad),
-            lambda: h.store.prune(keep_terminal=bad),
-            lambda: h.store.claim_commands(now=T0, lease_seconds=5, limit=bad),
-            lambda: h.store.create(task("n", status_version=bad)),
-            lambda: h.store.create(task("n", bucket=bad)),
-            lambda: h.store.create(task("n", attempt=bad)),
-            lambda: h.store.append(Transition("a", bad, None, TaskStatus.PENDING, T0)),  # type: ignore[arg-type]
-        ]
-        if bad is not None:  # TaskQuery(limit=None) means "no limit"
-            calls.append(lambda: h.store.query(TaskQuery(limit=bad)))  # type: ignore[arg-type]
-        lease_ok = type(bad) in (int, float) and 0 < bad <= 7 * 24 * 3600  # type: ignore[operator]
-        if not lease_ok:  # lease_seconds takes any positive finite number up to a week
-            calls.append(lambda: h.store.claim_commands(now=T0, lease_seconds=bad))
-        for call in calls:
-            if call is calls[3] and type(bad) is int and 1 <= bad <= 1000:
-                continue
-            h.refuses(BAD, call)
+    h = refusals_harness(backend, request, populate)
+    calls = [
+        lambda: h.store.save(task("a", status_version=2**52), expect_version=bad),
+        lambda: h.store.history("a", since_version=bad),
+        lambda: h.store.prune(keep_terminal=bad),
+        lambda: h.store.claim_commands(now=T0, lease_seconds=5, limit=bad),
+        lambda: h.store.create(task("n", status_version=bad)),
+        lambda: h.store.create(task("n", bucket=bad)),
+        lambda: h.store.create(task("n", attempt=bad)),
+        lambda: h.store.append(Transition("a", bad, None, TaskStatus.PENDING, T0)),  # type: ignore[arg-type]
+    ]
+    if bad is not None:  # TaskQuery(limit=None) means "no limit"
+        calls.append(lambda: h.store.query(TaskQuery(limit=bad)))  # type: ignore[arg-type]
+    lease_ok = type(bad) in (int, float) and 0 < bad <= 7 * 24 * 3600  # type: ignore[operator]
+    if not lease_ok:  # lease_seconds takes any positive finite number up to a week
+        calls.append(lambda: h.store.claim_commands(now=T0, lease_seconds=bad))
+    for call in calls:
+        if call is calls[3] and type(bad) is int and 1 <= bad <= 1000:
+            continue
+        h.refuses(BAD, call)
 
 
 @pytest.mark.parametrize("bad", [True, "5", None, Decimal("5"), b"5", 0, -1, 0.0, -0.5,

@@ -1,15 +1,18 @@
 """The contract has teeth: it fails every deliberately broken store and passes the reference.
 
 Each store in ``tests/broken_stores.py`` and ``tests/broken_stores_round_two.py`` breaks one
-promise. The whole ``StoreContract`` is run
+promise. ``StoreContract`` is run
 against it programmatically, the way pytest would (``setup_method``, the test, then
-``teardown_method``), and at least one contract test must fail. The same runner reports zero
-failures on ``InMemoryTaskStore``, so a failure means the broken behaviour, not the runner.
+``teardown_method``), and at least one contract test must fail: first the test its rule names
+(``CAUGHT_BY``) or one known to catch it (``tests/support/teeth_hints.py``), alone, and only if
+that passes the whole contract (``contract_runner.caught_first``; each test runs
+on a fresh store, so one that fails alone fails in the whole run too). The same runner reports
+zero failures on ``InMemoryTaskStore`` (the whole contract), so a failure means the broken
+behaviour, not the runner.
 """
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,12 +27,12 @@ from tests.broken_stores_review import CAUGHT_BY as REVIEW_CAUGHT_BY
 from tests.broken_stores_review import REVIEW
 from tests.broken_stores_round_two import CAUGHT_BY as ROUND_TWO_CAUGHT_BY
 from tests.broken_stores_round_two import ROUND_TWO
-from tests.support.contract_runner import failures_of
+from tests.support.contract_runner import caught_first, failures_of
+from tests.support.teeth_hints import FIRST_CATCH
 
 CONTRACT_TESTS = sorted(name for name in dir(StoreContract) if name.startswith("test_"))
 
 
-@functools.cache  # the round-two stores are judged twice: run the suite on each once
 def run_contract(factory: Callable[[], TaskStore]) -> dict[str, str]:
     """Run every contract test against stores from ``factory``; ``{test: why}`` per failure."""
     return failures_of(StoreContract, factory)
@@ -49,7 +52,8 @@ def test_there_is_a_broken_store_for_every_pitfall() -> None:
 
 @pytest.mark.parametrize("name", sorted(BROKEN_STORES))
 def test_the_contract_fails_the_broken_store(name: str) -> None:
-    failures = run_contract(BROKEN_STORES[name])
+    first = CAUGHT_BY.get(name) or FIRST_CATCH.get(name)
+    failures = caught_first(StoreContract, BROKEN_STORES[name], first)
     described = (BROKEN_STORES[name].__doc__ or "").strip()
     assert failures, f"{name} ({described}) passed the whole contract"
     caught = "\n".join(f"  {test}: {why}" for test, why in sorted(failures.items()))
@@ -77,5 +81,5 @@ def test_every_round_two_store_names_the_test_that_pins_its_rule() -> None:
 
 @pytest.mark.parametrize("name", sorted(ROUND_TWO_STORES))
 def test_the_rule_s_own_test_fails_the_round_two_store(name: str) -> None:
-    failures = run_contract(ROUND_TWO_STORES[name])
+    failures = caught_first(StoreContract, ROUND_TWO_STORES[name], CAUGHT_BY[name])
     assert CAUGHT_BY[name] in failures, f"{name}: caught only by {sorted(failures)}"

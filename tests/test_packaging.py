@@ -119,10 +119,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     work = tmp_path_factory.mktemp("packaging")
     wheel = build_wheel(work)
     venv = work / "venv"
-    run(sys.executable, "-m", "venv", venv, cwd=work, timeout=120)
+    # No pip of its own (nothing here runs it): this suite's pip installs into the venv
+    # (``--python``), resolving the wheel's requirements against what the venv holds, as the
+    # venv's own pip would. No byte-compiling at install: the processes compile what they
+    # import (cached, tests/support/fixtures.py), not every module of every requirement.
+    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=work, timeout=120)
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", "--no-input", wheel, cwd=work, timeout=180)
+    run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-input",
+        "--no-compile", wheel, cwd=work, timeout=180)  # fmt: skip
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
     return Installed(wheel, venv, elsewhere)

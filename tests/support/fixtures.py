@@ -9,6 +9,7 @@ set) it is a failure, so the server proofs can never silently disappear from a g
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,18 @@ from tests.support.redis_server import RedisProc, redis_server_path
 from tests.support.store_targets import StoreTarget, store_target
 
 IN_CI = bool(os.environ.get("CI"))
+
+# The suite starts well over a thousand Python processes (the CLI, workers, producers, the
+# stress harness), each importing the package: let them cache its bytecode instead of compiling
+# every module again (~0.1 s CPU each), even where the environment sets
+# PYTHONDONTWRITEBYTECODE. The cache lives outside the checkout (no __pycache__ folders in
+# it); Python validates each entry against its source's mtime and size, so an edited module is
+# compiled afresh. Set here, at import (pytest loads this plugin before xdist starts its
+# workers), so the workers and every process they start inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault(
+    "PYTHONPYCACHEPREFIX", os.path.join(tempfile.gettempdir(), f"chongming-pycache-{os.getuid()}")
+)
 
 
 def require_redis_server() -> None:

@@ -714,14 +714,18 @@ def test_one_start_call_at_a_time_so_free_slots_are_never_counted_twice(
     gated.armed.set()
     task_id = worker.submit("once")  # its nudge wakes the starter, whose query waits
     assert gated.entered.wait(WAIT)
+    # While the starter's call is under way another start never runs beside it (it would
+    # count the same free slot: two calls would start two tasks into one slot). The
+    # committer's call (wait=False) starts nothing and returns at once; a caller's waits.
+    assert worker.runner.start_available(wait=False) == 0
     answer: list[int] = []
     caller = threading.Thread(target=lambda: answer.append(worker.start_available()))
     caller.start()
-    caller.join(WAIT)
-    # While the starter's call is under way another start starts nothing (it counted the
-    # same free slot: two calls would start two tasks into one slot).
-    assert answer == [0]
+    caller.join(0.3)
+    assert answer == [], "a second start ran beside the starter's"
     gated.release.set()
+    caller.join(WAIT)
+    assert answer == [0], "the slot was taken by the starter's call"
     wait_status(store, task_id, OK)
     assert runs == [task_id]
 

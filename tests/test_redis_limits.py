@@ -266,6 +266,7 @@ def test_a_raised_max_starts_parked_tasks_without_waiting_for_a_holder_to_end(
     assert go(store) == ["t0", "other"]
     assert go(store, now=101) == [], "parked behind the holder"
     store.record_limits({EXP: one}, {})  # the same definition again: nothing moves
+    assert not store.client.exists(store.keys.root + "lf"), "nothing marked"
     assert go(store, now=102) == []
     store.record_limits({EXP: to_json(Concurrency(max=3, per="c"))}, {}, replace=True)
     assert go(store, now=103) == ["t1", "t2"], "room for two more, first come first served"

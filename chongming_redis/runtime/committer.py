@@ -39,7 +39,10 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             log.exception("%s: group commit failed", runner.writer.owner)
         for held in batch:
             held.queued = False  # if the write failed, the supervisor retries it
-            runner.settle(held, wake=False)
+            try:
+                runner.settle(held, wake=False)
+            except Exception:  # as above: one task's settling never ends the thread
+                log.exception("%s: settling %s failed", runner.writer.owner, held.task_id)
         start_next(runner)
 
 
@@ -47,7 +50,7 @@ def start_next(runner: Runner) -> None:
     """The slots a commit freed take their next tasks in this thread, at once: a handoff to
     the starter thread cost a wake-up per batch. A failure leaves it to the starter."""
     try:
-        runner.start_available()
+        runner.start_available(wait=False)
     except StoreError as exc:  # the starter's loop retries it and logs the outage
         log.debug("%s: start after a commit failed: %s", runner.writer.owner, exc)
         runner.wake_starter.set()

@@ -352,6 +352,7 @@ class Controller:
         or ``"stop"`` (``STOPPED``)."""
         self.runner.shutdown_policy = hand_back
         self._accepting.clear()  # from now on no task begins (runner._begin)
+        self.runner.wait_for_start()  # a start under way lands before the hand-backs below
         if self.bucket_pool is not None:
             self.bucket_pool.stop()
         for held in self.held.active():  # started, never begun (prefetched): back at once

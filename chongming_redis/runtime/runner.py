@@ -107,22 +107,29 @@ class Runner:
 
     # -- starting --------------------------------------------------------------------------
 
-    def start_available(self) -> int:
+    def start_available(self, *, wait: bool = True) -> int:
         """Start as many due ``PENDING`` tasks as there are free slots (plus the prefetch, if
         one is configured), first from the buckets this worker serves, then — in a bucket
         pool (``look_elsewhere``), when those leave slots free — from the other buckets (work
         conservation: an idle slot takes due work another worker's buckets hold, or tasks of
         a type their owner cannot run; the compare-and-set start keeps it exactly-once). A
         look at the other buckets that found nothing waits one start interval before the
-        next. Returns how many started. While another thread starts, it starts nothing and
-        wakes the starter (the other call may have counted the slots before ours freed)."""
-        if not self._starting.acquire(blocking=False):
+        next. Returns how many started. One call at a time: a caller waits for the call under
+        way, unless ``wait`` is false (the committer): it then starts nothing and wakes the
+        starter, which counts the slots again once that call is done (the starter's loop
+        clears its wake before each pass, so the wake is not lost, and it waits, not spins)."""
+        if not self._starting.acquire(blocking=wait):
             self.wake_starter.set()
             return 0
         try:
             return self._start_available()
         finally:
             self._starting.release()
+
+    def wait_for_start(self) -> None:
+        """Return once no start call is under way (shutdown: no start lands after it)."""
+        with self._starting:
+            pass
 
     def _start_available(self) -> int:
         free = self._window.size() - self._outstanding

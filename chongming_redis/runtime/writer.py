@@ -279,6 +279,8 @@ class TaskWriter:
             args["lease_owner"] = self.owner
             args["lease_until"] = now + timedelta(seconds=self.config.task_lease)
         with held.write_lock:
+            if held.conflicted:  # another writer moved it on: nothing more is written here
+                return False
             try:
                 applied = self.adapter.touch_fenced(
                     held.task_id, expect_version=held.stored_version, **args

@@ -235,20 +235,25 @@ def _record_limits(
     checked, types = check.check_record_limits(definitions, task_limits)
     if not checked and not types:
         return
-    if checked and not replace:
+    changed: set[str] = set()
+    if checked:
         ids = list(checked)
         recorded = yield ops.Read(keys.limits, "hmget", (keys.limits, *ids))
         for limit_id, raw in zip(ids, recorded, strict=True):
-            if raw is not None and _text(raw) != checked[limit_id]:
-                raise LimitConflict(limit_id, _text(raw), checked[limit_id])
+            if raw is None or _text(raw) != checked[limit_id]:
+                if raw is not None and not replace:
+                    raise LimitConflict(limit_id, _text(raw), checked[limit_id])
+                changed.add(limit_id)
     writes: list[ops.Read] = []
     if checked:
         writes.append(ops.Read(keys.limits, "hset", (keys.limits, None, None, checked)))
+    if changed:
         # A definition written anew (a raised max, say) is read by the next start, which
         # puts back the parked tasks of every ref of its ids (as a holder's end does), so
-        # they need not wait for the next holder to end.
+        # they need not wait for the next holder to end. The same definition again (every
+        # worker's start) marks nothing.
         in_use = yield ops.Read(keys.limit_refs, "smembers", (keys.limit_refs,))
-        refs = sorted(r for r in map(_text, in_use) if r.split("=", 1)[0] in checked)
+        refs = sorted(r for r in map(_text, in_use) if r.split("=", 1)[0] in changed)
         if refs:
             writes.append(ops.Read(keys.limit_freed, "sadd", (keys.limit_freed, *refs)))
     if types:

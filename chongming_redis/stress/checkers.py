@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter, defaultdict
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,18 @@ class Violation:
     kind: str  # duplicate_starts, duplicate_completions, double_claims, cas_chain, ...
     task_id: str
     detail: str
+
+
+def new_highs(events: Iterable[tuple[float, int, str]]) -> Iterator[tuple[float, int, str]]:
+    """Sweep ``(time, +1 or -1, task)`` events in time order (an end before a start at the
+    same instant); yield ``(time, count, task)`` each time the count of what overlaps reaches a
+    new high (the slot and limit checks: never more at once than a bound)."""
+    count, worst = 0, 0
+    for at, step, task in sorted(events):
+        count += step
+        if count > worst:
+            worst = count
+            yield at, count, task
 
 
 def starts_per_attempt(history: Sequence[Transition]) -> Counter[int]:

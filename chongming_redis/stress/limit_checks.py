@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from chongming_redis.limits import Concurrency, RateLimit, from_json, ref_limit_id
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stress.checkers import START, Violation
+from chongming_redis.stress.checkers import START, Violation, new_highs
 
 HOLDING = (TaskStatus.RUNNING, TaskStatus.PAUSED)
 #: How far a writer's clock may be from the server's (``policy_checks.CLOCKS``).
@@ -174,16 +174,14 @@ def check_concurrency(
                 until = math.inf if s.ended is None else s.ended - tolerance
                 if until > s.began:
                     events += [(s.began, 1, task_id), (until, -1, task_id)]
-        holding, worst = 0, 0
-        for at, step, task_id in sorted(events):
-            holding += step
-            if holding > worst:
-                worst = holding
-                if holding > most:
-                    result.violations.append(Violation(
-                        "limit_overruns", task_id,
-                        f"{holding} tasks of {ref} held a slot at once with max {most} "
-                        f"(at {at:.3f})"))  # fmt: skip
+        worst = 0
+        for at, holding, task_id in new_highs(events):
+            worst = holding
+            if holding > most:
+                result.violations.append(Violation(
+                    "limit_overruns", task_id,
+                    f"{holding} tasks of {ref} held a slot at once with max {most} "
+                    f"(at {at:.3f})"))  # fmt: skip
         result.peaks[limit_id] = max(result.peaks.get(limit_id, 0), worst)
     return result
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stress.checkers import START, Violation
+from chongming_redis.stress.checkers import START, Violation, new_highs
 
 RETRY_DELAY = re.compile(r"^retry .*, in (?P<seconds>\d+(?:\.\d+)?)s$")
 #: The reason of an end written because an attempt ran past its timeout without stopping at a
@@ -101,13 +101,10 @@ def check_slots(
     two come from one process's clock, which follows the server's in small steps)."""
     found = []
     for owner, intervals in running_intervals(histories).items():
-        events = sorted([(start, 1, task) for start, _, task in intervals]
-                        + [(end - tolerance, -1, task) for _, end, task in intervals])  # fmt: skip
-        running, worst = 0, 0
-        for at, step, task in events:
-            running += step
-            if running > slots and running > worst:
-                worst = running
+        events = [(start, 1, task) for start, _, task in intervals]
+        events += [(end - tolerance, -1, task) for _, end, task in intervals]
+        for at, running, task in new_highs(events):
+            if running > slots:
                 found.append(Violation("slots_exceeded", task,
                                        f"{owner} had {running} tasks RUNNING with {slots} slots "
                                        f"at {at:.3f}"))  # fmt: skip

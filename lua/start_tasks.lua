@@ -177,7 +177,30 @@ do
   local bad = unpark()
   if bad then return bad end
 end
+-- Heads: per name, its queues' heads in score order (ZRANGE pages), the wanted ones kept up to
+-- the cut: the `limit`-th wanted head's score, ties at the cut included. The first `limit`
+-- tasks of the whole merge are in those queues, so a call reads a few queues and builds a few
+-- entries whatever the number of buckets (a sort over every bucket's head cost more than the
+-- rest of a small call).
+local HEADS_PAGE = 2 * limit + 8
 local heads = {}
+local function wanted_heads(rh, name)
+  local kept, cut, from = 0, nil, 0
+  while true do
+    local raw = rcall('ZRANGE', rh, from, from + HEADS_PAGE - 1, 'WITHSCORES')
+    for i = 1, #raw, 2 do
+      local score = tonumber(raw[i + 1])
+      if cut and score > cut then return end
+      if wanted[raw[i]] then
+        heads[#heads + 1] = { b = raw[i], n = name, score = score }
+        kept = kept + 1
+        if kept == limit then cut = score end
+      end
+    end
+    if #raw < 2 * HEADS_PAGE then return end
+    from = from + HEADS_PAGE
+  end
+end
 for _, name in ipairs(names) do
   local rh, dh = root .. 'rh:' .. name, root .. 'dh:' .. name
   local bad = zset_or_none(rh)
@@ -190,50 +213,74 @@ for _, name in ipairs(names) do
       if bad then return bad end
     end
   end
-  local raw = rcall('ZRANGE', rh, 0, -1, 'WITHSCORES')
-  for i = 1, #raw, 2 do
-    if wanted[raw[i]] then
-      heads[#heads + 1] = { b = raw[i], n = name, score = tonumber(raw[i + 1]) }
-    end
-  end
+  wanted_heads(rh, name)
 end
--- Sources: the queues whose heads are among the `limit` best (ties at the cut included): the
--- first `limit` tasks of the whole merge are in them, so a call reads a few queues whatever
--- the number of buckets.
-table.sort(heads, function(a, b) -- ties by bucket, then name: numbers, not byte strings
-  if a.score ~= b.score then return a.score < b.score end
-  if a.b ~= b.b then return tonumber(a.b) < tonumber(b.b) end
-  return bytes_less(a.n, b.n)
-end)
+-- Sources: the queues whose heads are among the `limit` best over every name (ties at the cut
+-- included). One name (the common call) needs no sort: its heads came in score order.
+local cut = math.huge
+if #names > 1 and #heads > limit then
+  local scores = {}
+  for i, head in ipairs(heads) do scores[i] = head.score end
+  table.sort(scores)
+  cut = scores[limit]
+end
 local sources = {}
-for i, head in ipairs(heads) do
-  if i > limit and head.score > heads[limit].score then break end
-  sources[#sources + 1] = { rq = root .. 'rq:' .. head.b .. ':' .. head.n, b = head.b,
-                            n = head.n, buf = {}, at = 1, next = 0, done = false }
+for _, head in ipairs(heads) do
+  if head.score <= cut then
+    sources[#sources + 1] = { rq = root .. 'rq:' .. head.b .. ':' .. head.n, b = head.b,
+                              n = head.n, head = head.score, read = false, buf = {}, at = 1,
+                              next = 0, done = false }
+  end
 end
 
 -- Candidates: a k-way merge of the sources in start order (score, then id), each read in
--- chunks, taken one by one by pass 1: the work per call follows the batch, not the backlog,
--- and one key's backlog (one queue) can fill the whole batch.
+-- chunks when the merge reaches it (a source is read once its head, known from rh, is the
+-- lowest score left: a call reads the queues it takes from, and the ones tied with them),
+-- taken one by one by pass 1: the work per call follows the batch, not the backlog, and one
+-- key's backlog (one queue) can fill the whole batch.
 local chunk = math.max(2, math.ceil(2 * limit / math.max(1, #sources)))
 local function refill(src)
   local raw, kind = try_read('ZRANGE', src.rq, src.next, src.next + chunk - 1, 'WITHSCORES')
   if not raw then return corrupt(src.rq, '', 'start queue holds a ' .. kind .. ', not a sorted set') end
-  src.buf, src.at, src.next = raw, 1, src.next + #raw / 2
+  src.buf, src.at, src.next, src.read = raw, 1, src.next + #raw / 2, true
   src.done = #raw / 2 < chunk
 end
-for _, src in ipairs(sources) do
-  local bad = refill(src)
-  if bad then return bad end
+-- A source's next score: its buffered entry's, its head's while unread; nil once exhausted.
+local function next_score(src)
+  if not src.read then return src.head end
+  if src.at <= #src.buf then return tonumber(src.buf[src.at + 1]) end
+  return nil
 end
+-- Reads every unread source whose head is the lowest score left; true if it read one (the
+-- merge looks again: a head read may differ from rh's, which is derived).
+local function read_lowest()
+  local low
+  for _, src in ipairs(sources) do
+    local score = next_score(src)
+    if score and (not low or score < low) then low = score end
+  end
+  local read = false
+  for _, src in ipairs(sources) do
+    if not src.read and src.head == low then
+      local bad = refill(src)
+      if bad then return nil, bad end
+      read = true
+    end
+  end
+  return read
+end
+
 local listed = {}
 -- The next candidate of the merge ({ id, source }), or nil when the sources are exhausted;
 -- a CORRUPT reply as the second value.
 local function next_candidate()
   while true do
+    local again, bad = read_lowest()
+    while again do again, bad = read_lowest() end
+    if bad then return nil, bad end
     local best, best_id, best_score
     for _, src in ipairs(sources) do
-      if src.at <= #src.buf then
+      if src.read and src.at <= #src.buf then
         local id, score = src.buf[src.at], tonumber(src.buf[src.at + 1])
         if not best or score < best_score or (score == best_score and bytes_less(id, best_id)) then
           best, best_id, best_score = src, id, score
@@ -321,6 +368,7 @@ for _, c in ipairs(chosen) do
   local running = {}
   for k, v in pairs(c.view) do running[k] = v end
   running.s = 'running'
+  c.view.in_rq = true -- it came from its source's ready queue (queue_remove)
   index_move(root, c.id, c.view, running)
   c.new_position = feed_next(root, c.position, c.id)
 end

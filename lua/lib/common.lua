@@ -20,12 +20,16 @@ local STATUSES = {
 local TERMINAL = { succeeded = true, failed = true, stopped = true, lost = true }
 local MAX_UINT = 9007199254740991 -- 2^53 - 1: exact as a Lua double and a zset score
 
+-- A canonical unsigned integer (digits, no leading zero, at most 2^53 - 1). string.find, not
+-- string.match: it makes no copy of the string (every task read checks several of these).
+local find = string.find
 local function is_uint(s)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.match(s, '^%d+$') then
-    return false
-  end
-  if #s > 1 and string.sub(s, 1, 1) == '0' then return false end
-  return tonumber(s) <= MAX_UINT
+  if type(s) ~= 'string' then return false end
+  local n = #s
+  if n == 0 or n > 16 then return false end
+  if s == '0' then return true end
+  if not find(s, '^[1-9]%d*$') then return false end
+  return n < 16 or tonumber(s) <= MAX_UINT -- 15 digits are always below 2^53
 end
 
 local function corrupt(key, field, detail) return { 'CORRUPT', key, field, detail } end

@@ -155,10 +155,13 @@ local function queue_add(root, id, t)
   end
 end
 
+-- `t.in_rq`: the caller read the entry from its ready queue this call (start_tasks), so the
+-- delayed queue is not touched (a stray entry there would be dropped by the promotion, which
+-- never starts from an entry that no longer matches its task).
 local function queue_remove(root, id, t)
   if t.s ~= 'pending' then return end
   zrem(written_queue(root, 'rq', t), id)
-  zrem(written_queue(root, 'dq', t), id)
+  if not t.in_rq then zrem(written_queue(root, 'dq', t), id) end
   if t.lm then
     if is_parked(root, id, t) then count_down(root .. 'lpc', t.b .. ':' .. t.n) end
     for _, key in ipairs(parked_keys(root, t)) do zrem(key, id) end

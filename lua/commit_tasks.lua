@@ -22,7 +22,8 @@ Replies
         written for any item
   {'BADARG', detail}
   item 'OK'         written
-  item 'APPLIED'    this call's token is already there: a retry (history entries still
+  item 'APPLIED'    this call's token is already there ('w', or 'ct' for a create, which a
+                    worker's later write does not change): a retry (history entries still
                     missing are added)
   item 'CONFLICT'   actual = the stored version ('' if the task does not exist); nothing
                     written for the item
@@ -79,7 +80,7 @@ for i = 1, tonumber(count) do
     if kind ~= 'none' and kind ~= 'hash' then
       return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')
     elseif kind == 'hash' then
-      item.code = rcall('HGET', key, 'w') == args.token and 'APPLIED' or 'EXISTS'
+      item.code = created_by(key, args.token) and 'APPLIED' or 'EXISTS'
     end
   else
     -- One HMGET reads and type-checks the version, the token, the feed position, the index
@@ -146,8 +147,13 @@ for _, item in ipairs(items) do
   local args = item.args
   if item.code == 'OK' then
     if not item.create and #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
-    rcall('HSET', item.key, 'w', args.token, 'fs', item.new_position,
-      unpack(ARGV, args.from, args.to))
+    if item.create then -- 'ct' keeps the creating call's token (lib/task_args created_by)
+      rcall('HSET', item.key, 'w', args.token, 'ct', args.token, 'fs', item.new_position,
+        unpack(ARGV, args.from, args.to))
+    else
+      rcall('HSET', item.key, 'w', args.token, 'fs', item.new_position,
+        unpack(ARGV, args.from, args.to))
+    end
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
     local missing = {}

@@ -7,7 +7,9 @@ ARGV     lib/task_args layout; ARGV[3] (expected version) is ''
 
 Replies
   {'OK'}             created
-  {'OK', 'APPLIED'}  the key holds this very call's token: a retried create that already ran
+  {'OK', 'APPLIED'}  the key holds this very call's token (in 'w', or in 'ct', which keeps the
+                     creating call's token after later writes change 'w'): a retried create
+                     that already ran
   {'EXISTS'}         another task has the id; nothing written
   {'UNIQUE', holder}  an unfinished task with another id holds the snapshot's unique id
                      (lib/policies); nothing written
@@ -36,7 +38,7 @@ if task_key ~= root .. 't:' .. args.id then return badarg('KEYS[1] is not the ke
 local kind = key_type(task_key)
 if kind ~= 'none' then
   if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
-  if rcall('HGET', task_key, 'w') == args.token then return { 'OK', 'APPLIED' } end
+  if created_by(task_key, args.token) then return { 'OK', 'APPLIED' } end
   return { 'EXISTS' }
 end
 
@@ -51,7 +53,8 @@ local position = feed_next(root, nil, args.id)
 bad = index_check() or feed_check(root)
 if bad then return bad end
 
-rcall('HSET', task_key, 'w', args.token, 'fs', position, unpack(ARGV, args.from, args.to))
+rcall('HSET', task_key, 'w', args.token, 'ct', args.token, 'fs', position,
+  unpack(ARGV, args.from, args.to))
 index_flush()
 unique_flush()
 feed_flush(root)

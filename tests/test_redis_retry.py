@@ -21,6 +21,7 @@ from chongming_redis import (
     Command,
     CommandKind,
     StoreUnavailable,
+    TaskAlreadyExists,
     TaskSnapshot,
     TaskStatus,
     Transition,
@@ -176,3 +177,58 @@ def test_negative_control_a_script_without_a_token_double_applies_under_retry(
 
     assert toxic.fired == 1
     assert int(redis_proc.client().get(key) or 0) == 2, "one call, two increments"
+
+
+# -- a create retried after a worker moved the task on ---------------------------------------
+# The reply of a create is lost, and before the client's retry arrives a worker has started the
+# task (its write replaced the token in 'w'). The retry carries the create's token; the task
+# keeps that token in 'ct', so the retry is the same create, never TaskAlreadyExists.
+
+
+def started_by_a_worker(store: RedisTaskStore, task_id: str) -> TaskSnapshot:
+    (started,) = store.start_tasks(owner="w1", now=T0 + timedelta(seconds=1),
+                                   lease_until=T0 + timedelta(seconds=60), buckets=[0])  # fmt: skip
+    assert started.task_id == task_id and started.status is TaskStatus.RUNNING
+    return started
+
+
+@pytest.mark.parametrize("path", ["create", "commit_tasks"])
+def test_a_create_retried_after_a_worker_started_the_task_is_the_same_create(
+    redis_proc: RedisProc, namespace: str, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    new = task("t1")
+
+    def create() -> object:
+        if path == "create":
+            return store.create(new)
+        (error,) = store.commit_tasks([(new, None, [])])
+        return error
+
+    import chongming_redis.stores._redis.rows as rows
+
+    monkeypatch.setattr(rows, "write_token", lambda: "tokenAAA")
+    assert create() is None
+    running = started_by_a_worker(store, "t1")
+    assert create() is None, "the retry of the landed create is the same create"
+    assert store.get("t1") == running, "and it wrote nothing"
+    assert store.counts()[TaskStatus.RUNNING] == 1 and store.counts()[TaskStatus.PENDING] == 0
+    assert [e.version for e in store.history("t1")] == [2], "no second creation entry"
+
+    monkeypatch.setattr(rows, "write_token", lambda: "tokenBBB")
+    if path == "create":
+        with pytest.raises(TaskAlreadyExists):
+            create()  # another call with the same snapshot is a second create: refused
+    else:
+        assert isinstance(create(), TaskAlreadyExists)
+    assert store.get("t1") == running
+
+
+def test_a_save_may_not_write_the_create_token(redis_proc: RedisProc, namespace: str) -> None:
+    store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
+    store.create(task("t1"))
+    script = store._scripts["save"]
+    key, root = store.keys.task("t1"), store.keys.root
+    fields = ["ct", "forged", "s", "pending", "b", "0", "c", "1", "n", "job", "v", "2", "u", "1"]
+    reply = script(keys=[key, root], args=["t1", "tok", "1", 0, *fields])
+    assert reply[0] == b"BADARG"

@@ -53,7 +53,7 @@ local function read_task_args(allow_lease, pos, counted)
     local field = ARGV[i]
     if VIEW_ARGS[field] then
       map[field] = ARGV[i + 1]
-    elseif field == 'w' then
+    elseif field == 'w' or field == 'ct' then
       return nil, badarg('may not write the token field directly')
     elseif LEASE_FIELDS[field] and not allow_lease then
       return nil, badarg('may not write lease field ' .. field)
@@ -79,4 +79,13 @@ local function read_task_args(allow_lease, pos, counted)
   args.dels, args.from, args.to, args.view, args.version = dels, from, to, view, map.v
   args.policy = policy
   return args, nil, to + 1
+end
+
+-- True when the existing task at `key` was written by the call of `token`: its last write
+-- ('w'), or its creation ('ct', kept for the task's life). A create whose reply was lost is
+-- retried with its token; by then a worker may have started the task and changed 'w', and
+-- the retry must still be judged the same create, not a second one (TaskAlreadyExists).
+local function created_by(key, token)
+  local f = rcall('HMGET', key, 'w', 'ct')
+  return f[1] == token or f[2] == token
 end

@@ -155,7 +155,8 @@ _STATUSES = {status.value.encode(): status for status in TaskStatus}
 #: that is not UTF-8 (which the strict decoder refuses), goes the strict way.
 _KNOWN_FIELDS = frozenset(
     f.encode() for f in ("n", "s", "v", "c", "u", "g", "b", "k", "p", "a", "r", "hb", "lo",
-                         "lu", "at", "nb", "pr", "w", "fs", "rt", "to", "dl", "rn", "uq", "lm")
+                         "lu", "at", "nb", "pr", "w", "ct", "fs", "rt", "to", "dl", "rn", "uq",
+                         "lm")
 )  # fmt: skip
 
 

@@ -25,8 +25,8 @@ T0 = datetime(2026, 12, 1, 3, 4, 5, 678901, tzinfo=timezone.utc)
 
 
 def stored(snapshot: TaskSnapshot) -> dict[bytes, bytes]:
-    """The hash ``RedisTaskStore`` writes for ``snapshot`` (plus its token and feed fields)."""
-    fields = {b"w": b"token123", b"fs": b"17"}
+    """The hash ``RedisTaskStore`` writes for ``snapshot`` (plus its tokens and feed fields)."""
+    fields = {b"w": b"token123", b"ct": b"token000", b"fs": b"17"}
     for column, value in snapshot_to_row(snapshot).items():
         if column == "task_id" or value is None:
             continue

@@ -39,7 +39,8 @@ Idempotency: if the memo exists, this is a retry of a call whose reply was lost;
 started are returned again and nothing new is started.
 Invariants: only PENDING tasks move, each by one version; never touches another status; each
 started task moves to the next change-feed position (lib/feed).
-Bound: per task name one read of its queue heads (one entry per bucket) and of its delayed
+Bound: per task name its queue heads read in score order as far as the cut (pages of
+2 * limit + 64 entries: one for a worker that owns most buckets) and one read of its delayed
 heads; at most `limit` entries promoted per bucket come due; at most `limit` queues read,
 about 2 * limit candidates examined (the queues that hold more than their share fill the rest
 of the 2 * limit), `limit` started. Tasks not yet due cost nothing: they wait in dq.
@@ -182,7 +183,7 @@ end
 -- tasks of the whole merge are in those queues, so a call reads a few queues and builds a few
 -- entries whatever the number of buckets (a sort over every bucket's head cost more than the
 -- rest of a small call).
-local HEADS_PAGE = 2 * limit + 8
+local HEADS_PAGE = 2 * limit + 64
 local heads = {}
 local function wanted_heads(rh, name)
   local kept, cut, from = 0, nil, 0
@@ -252,7 +253,9 @@ local function next_score(src)
   return nil
 end
 -- Reads every unread source whose head is the lowest score left; true if it read one (the
--- merge looks again: a head read may differ from rh's, which is derived).
+-- merge looks again: a head read may differ from rh's, which is derived). Exact while rh is
+-- never above a queue's real head: every write of an rq key syncs its head (queue_sync), so
+-- only a client writing the keys by hand can make an unread queue hide a better task.
 local function read_lowest()
   local low
   for _, src in ipairs(sources) do

@@ -224,11 +224,17 @@ def test_a_create_retried_after_a_worker_started_the_task_is_the_same_create(
     assert store.get("t1") == running
 
 
-def test_a_save_may_not_write_the_create_token(redis_proc: RedisProc, namespace: str) -> None:
+def test_a_save_may_neither_write_nor_delete_the_create_token(
+    redis_proc: RedisProc, namespace: str
+) -> None:
     store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     store.create(task("t1"))
     script = store._scripts["save"]
     key, root = store.keys.task("t1"), store.keys.root
-    fields = ["ct", "forged", "s", "pending", "b", "0", "c", "1", "n", "job", "v", "2", "u", "1"]
-    reply = script(keys=[key, root], args=["t1", "tok", "1", 0, *fields])
+    fields = ["s", "pending", "b", "0", "c", "1", "n", "job", "v", "2", "u", "1"]
+    reply = script(keys=[key, root], args=["t1", "tok", "1", 0, "ct", "forged", *fields])
     assert reply[0] == b"BADARG"
+    for token_field in ("ct", "w"):  # nor delete it: the retry check would be gone for good
+        reply = script(keys=[key, root], args=["t1", "tok", "1", 1, token_field, *fields])
+        assert reply[0] == b"BADARG", token_field
+    assert store._client.hget(key, "ct") is not None and store.get("t1") == task("t1")

@@ -46,6 +46,8 @@ local function read_task_args(allow_lease, pos, counted)
   for i = 1, #dels do
     if LEASE_FIELDS[dels[i]] and not allow_lease then
       return nil, badarg('may not delete lease field ' .. dels[i])
+    elseif dels[i] == 'w' or dels[i] == 'ct' then -- 'ct' deleted would end the retry check
+      return nil, badarg('may not delete the token field ' .. dels[i])
     end
   end
   local map = {}

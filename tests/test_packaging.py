@@ -205,6 +205,9 @@ BASE_REQUIREMENTS = {
     "pydantic",
     "typer",
     "rich",
+    # schedules: cron expressions and the IANA time zones
+    "cronsim",
+    "tzdata",
     # the dashboard and the workers' --metrics-port (imported only by them)
     "starlette",
     "uvicorn",

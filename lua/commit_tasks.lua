@@ -147,13 +147,10 @@ for _, item in ipairs(items) do
   local args = item.args
   if item.code == 'OK' then
     if not item.create and #args.dels > 0 then rcall('HDEL', item.key, unpack(args.dels)) end
-    if item.create then -- 'ct' keeps the creating call's token (lib/task_args created_by)
-      rcall('HSET', item.key, 'w', args.token, 'ct', args.token, 'fs', item.new_position,
-        unpack(ARGV, args.from, args.to))
-    else
-      rcall('HSET', item.key, 'w', args.token, 'fs', item.new_position,
-        unpack(ARGV, args.from, args.to))
-    end
+    rcall('HSET', item.key, 'w', args.token, 'fs', item.new_position,
+      unpack(ARGV, args.from, args.to))
+    -- A create keeps its token for the task's life (lib/task_args created_by).
+    if item.create then rcall('HSET', item.key, 'ct', args.token) end
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
     local missing = {}

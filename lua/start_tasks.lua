@@ -296,7 +296,7 @@ local function next_candidate()
       local bad = refill(best)
       if bad then return nil, bad end
     end
-    if not listed[best_id] then -- a name given twice lists its queue twice: start a task once
+    if not listed[best_id] then -- a stale entry in a second queue: start a task once
       listed[best_id] = true
       return { id = best_id, source = best }
     end

@@ -48,6 +48,7 @@ from redis.retry import Retry
 from chongming_redis.errors import StoreError, StoreUnavailable
 from chongming_redis.stores._redis.connect import client_from_url
 from chongming_redis.stores._redis.durability import WRITING_READS, WaitForReplicas
+from chongming_redis.stores._redis.packer import SignalSafeConnection
 from chongming_redis.stores._redis.server import check_server_settings, supports_script_flags
 
 T = TypeVar("T")
@@ -88,6 +89,8 @@ def connect_cluster(
     cluster client retries a failed connection ``retries`` times, refreshing the slot map
     first). It connects at once: an unreachable cluster is ``StoreUnavailable``, a server
     that is not a cluster node ``StoreError``, a bad URL ``ValueError``."""
+    if urlsplit(url).scheme == "redis":  # for rediss:// redis-py sets its own TLS class
+        options.setdefault("connection_class", SignalSafeConnection)
     try:
         return client_from_url(RedisCluster.from_url, url, Retry, socket_timeout=socket_timeout,
                                socket_connect_timeout=socket_connect_timeout, retries=retries,

@@ -13,6 +13,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from chongming_redis.stores._redis.packer import PACKER
 from chongming_redis.stores._redis.sentinel import (
     async_sentinel_client,
     is_sentinel_url,
@@ -26,10 +27,13 @@ def connect(
     url: str, *, socket_timeout: float, socket_connect_timeout: float, retries: int, **options: Any
 ) -> redis.Redis:
     """A binary client (``decode_responses=False``) on ``url``; connects to nothing yet.
-    Each command is retried ``retries`` times with backoff; ``ValueError`` for a bad URL."""
+    Each command is retried ``retries`` times with backoff; ``ValueError`` for a bad URL.
+    Its connections pack commands with ``packer.PACKER`` (a signal handler that raises
+    mid-command must not crash the process)."""
     make = sentinel_client if is_sentinel_url(url) else redis.Redis.from_url
     return client_from_url(make, url, Retry, socket_timeout=socket_timeout, retries=retries,
-                           socket_connect_timeout=socket_connect_timeout, **options)  # fmt: skip
+                           socket_connect_timeout=socket_connect_timeout, command_packer=PACKER,
+                           **options)  # fmt: skip
 
 
 def connect_async(

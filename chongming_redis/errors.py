@@ -138,3 +138,30 @@ class UnsupportedSchema(StoreError):
 
     def __reduce__(self) -> tuple[type[UnsupportedSchema], tuple[str, int, int]]:
         return (type(self), (self.where, self.found, self.supported))
+
+
+class ScheduleConflict(StoreError):
+    """A schedule write found a version other than the one the caller expected (another
+    writer moved it first: read it again and decide again). ``actual`` is ``None`` when the
+    schedule does not exist, ``expected`` 0 when the caller meant to create it."""
+
+    def __init__(self, schedule_id: str, expected: int, actual: int | None) -> None:
+        self.schedule_id = schedule_id
+        self.expected = expected
+        self.actual = actual
+        found = "no such schedule" if actual is None else f"found version {actual}"
+        super().__init__(f"schedule {schedule_id!r}: expected version {expected}, {found}")
+
+    def __reduce__(self) -> tuple[type[ScheduleConflict], tuple[str, int, int | None]]:
+        return (type(self), (self.schedule_id, self.expected, self.actual))
+
+
+class ScheduleNotFound(StoreError):
+    """No schedule has this id."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"no schedule {schedule_id!r}")
+
+    def __reduce__(self) -> tuple[type[ScheduleNotFound], tuple[str]]:
+        return (type(self), (self.schedule_id,))

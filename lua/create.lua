@@ -24,39 +24,16 @@ is. A retry of this very create finds its token first, so its own unique record 
 conflict.
 Bound: O(number of tags) commands.
 ]]
---- @include "lib/common"
---- @include "lib/indexes"
---- @include "lib/feed"
---- @include "lib/policies"
---- @include "lib/task_args"
+--- @include "lib/create_task"
 
 local task_key, root = KEYS[1], KEYS[2]
 local args, err = read_task_args(true) -- a new task carries its lease, if any
 if not args then return err end
 if task_key ~= root .. 't:' .. args.id then return badarg('KEYS[1] is not the key of ARGV[1]') end
 
-local kind = key_type(task_key)
-if kind ~= 'none' then
-  if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
-  if created_by(task_key, args.token) then return { 'OK', 'APPLIED' } end
-  return { 'EXISTS' }
-end
-
--- Plan the unique record, index, counter, expiry and feed changes and check every key they
--- touch; then write.
-local holder, bad = unique_plan(root, args.id, nil, args.policy)
-if bad then return bad end
-if holder then return { 'UNIQUE', holder } end
-index_add(root, args.id, args.view)
-expiry_move(root, args.id, nil, args.policy)
-local position = feed_next(root, nil, args.id)
-bad = index_check() or feed_check(root)
-if bad then return bad end
-
-rcall('HSET', task_key, 'w', args.token, 'ct', args.token, 'fs', position,
-  unpack(ARGV, args.from, args.to))
-index_flush()
-unique_flush()
-feed_flush(root)
-redis.pcall('PUBLISH', root .. 'nudge:work', '1') -- idle workers wake (best effort: ACL)
+local found = create_task_plan(root, task_key, args)
+if found == 'applied' then return { 'OK', 'APPLIED' } end
+if found == 'exists' then return { 'EXISTS' } end
+if found then return found end
+create_task_write(root, task_key, args)
 return { 'OK' }

@@ -38,7 +38,12 @@ from chongming_redis.stores.codec import encode_dt as snapshot_to_row_dt
 from chongming_redis.stores.codec import snapshot_to_row
 from chongming_redis.stores.extensions import CommitItem
 from chongming_redis.stores.memory import InMemoryTaskStore
-from tests import broken_dashboard_stores, broken_limit_stores, broken_policy_stores
+from tests import (
+    broken_dashboard_stores,
+    broken_limit_stores,
+    broken_policy_stores,
+    broken_schedule_stores,
+)
 
 EXPECTED = frozenset(
     {
@@ -52,6 +57,7 @@ EXPECTED = frozenset(
         "CommandInspectingStore",
         "TaskPoliciesStore",
         "LimitsStore",
+        "SchedulesStore",
     }
 )
 P, R, PA = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.PAUSED
@@ -1126,3 +1132,8 @@ SOUND.update(broken_policy_stores.SOUND)
 CAUGHT_BY.update(broken_limit_stores.CAUGHT_BY)
 BROKEN_EXTENSION_STORES.update(broken_limit_stores.BROKEN)
 SOUND.update(broken_limit_stores.SOUND)
+
+# The schedules' broken stores, in their own module too.
+CAUGHT_BY.update(broken_schedule_stores.CAUGHT_BY)
+BROKEN_EXTENSION_STORES.update(broken_schedule_stores.BROKEN)
+SOUND.update(broken_schedule_stores.SOUND)

@@ -32,6 +32,7 @@ MEMORY = frozenset(
         "CommandInspectingStore",
         "TaskPoliciesStore",
         "LimitsStore",
+        "SchedulesStore",
     }
 )
 #: The limits are enforced by the in-memory reference and the SQL stores; the others follow.

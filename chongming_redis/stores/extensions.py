@@ -29,6 +29,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.stores.schedule_store import SCHEDULE_METHODS, SchedulesStore
 
 if TYPE_CHECKING:
     import redis
@@ -370,6 +371,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "WorkerBeatsStore": ("worker_beats",),
     "TaskPoliciesStore": ("expire_finished", "unique_holder", "expiry_backlog"),
     "LimitsStore": ("record_limits", "limit_definitions", "limit_usage"),
+    "SchedulesStore": SCHEDULE_METHODS,
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -387,6 +389,7 @@ EXTENSIONS: dict[str, type] = {
     "WorkerBeatsStore": WorkerBeatsStore,
     "TaskPoliciesStore": TaskPoliciesStore,
     "LimitsStore": LimitsStore,
+    "SchedulesStore": SchedulesStore,
 }
 
 

@@ -42,6 +42,7 @@ from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cur
 from chongming_redis.stores._memory_limits import MemoryLimits
 from chongming_redis.stores._memory_policies import MemoryPolicies
 from chongming_redis.stores._memory_reads import MemoryReads
+from chongming_redis.stores._memory_schedules import MemorySchedules
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     Row,
@@ -57,7 +58,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits):
+class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules):
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
@@ -70,6 +71,7 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits):
         self._types: set[str] = set()
         self._feed = MemoryFeed()
         self._init_limits()
+        self._init_schedules()
 
     # -- task snapshots --------------------------------------------------------------------
 

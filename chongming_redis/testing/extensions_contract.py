@@ -59,6 +59,7 @@ from chongming_redis.testing.extensions.dashboard_reads import DashboardReadsCon
 from chongming_redis.testing.extensions.limits import LimitsContract
 from chongming_redis.testing.extensions.paged_queries import PagedQueryContract
 from chongming_redis.testing.extensions.producer_reads import ProducerReadsContract
+from chongming_redis.testing.extensions.schedules import SchedulesContract
 from chongming_redis.testing.extensions.start_order import StartOrderContract
 from chongming_redis.testing.extensions.task_policies import TaskPoliciesContract
 from chongming_redis.testing.extensions.task_retention import TaskRetentionContract
@@ -77,6 +78,7 @@ class ExtensionsContract(
     TaskPoliciesContract,
     TaskRetentionContract,
     LimitsContract,
+    SchedulesContract,
     ContractBase,
 ):
     """The extensions' contract as test methods. Define ``make_store`` and

@@ -28,7 +28,7 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.stores import _checks as check
-from chongming_redis.stores._redis import dashboard_ops, ops, worker_ops
+from chongming_redis.stores._redis import dashboard_ops, ops, schedule_ops, worker_ops
 from chongming_redis.stores._redis.cluster import ClusterCalls
 from chongming_redis.stores._redis.driver import Driver
 from chongming_redis.stores._redis.keys import Keys
@@ -107,6 +107,30 @@ class RedisExtensions(Driver[ClusterCalls]):
         """The refs with a holder or a live waiter, busiest first (``LimitsStore``): reads
         only (``_limit_usage``)."""
         return self._perform(_limit_usage(self.keys, check.check_usage_limit(limit)))
+
+    # -- schedules (SchedulesStore: one hash, one script) -------------------------------------
+
+    def write_schedule(
+        self,
+        schedule_id: str,
+        state: str,
+        *,
+        expect_version: int,
+        task: TaskSnapshot | None = None,
+    ) -> tuple[int, bool]:
+        """The compare-and-set of a schedule and its tick's task, one script
+        (``lua/write_schedule.lua``)."""
+        return self._perform(schedule_ops.write_schedule(self.keys, schedule_id, state,
+                                                         expect_version, task))  # fmt: skip
+
+    def schedule_record(self, schedule_id: str) -> tuple[int, str] | None:
+        return self._perform(schedule_ops.schedule_record(self.keys, schedule_id))
+
+    def schedule_records(self) -> dict[str, tuple[int, str]]:
+        return self._perform(schedule_ops.schedule_records(self.keys))
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        return self._perform(schedule_ops.delete_schedule(self.keys, schedule_id))
 
     def server_time(self) -> datetime:
         """The Redis server's clock (``TIME``): the one clock every worker agrees on."""

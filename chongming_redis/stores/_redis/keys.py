@@ -172,6 +172,8 @@ class Keys:
         # The refs that may have a holder, a parked task or a waiter (limit_usage's list).
         self.limit_refs = self.root + "lrefs"
         self.limit_freed = self.root + "lf"
+        # Every schedule: 'v:<id>' its version, 's:<id>' its state (lua/write_schedule.lua).
+        self.schedules = self.root + "schedules"
 
     def task(self, task_id: str) -> str:
         return self.root + "t:" + task_id

@@ -20,6 +20,7 @@ from chongming_redis.errors import (
     CommandNotFound,
     ConcurrencyConflict,
     CorruptRecord,
+    ScheduleConflict,
     StoreError,
     TaskAlreadyExists,
     UniqueTaken,
@@ -40,6 +41,7 @@ class Call:
     namespace: str = ""
     num_buckets: int = 0
     after: int = 0
+    schedule_id: str = ""
 
 
 #: Builds the exception of a failure from the call and the reply's elements after the code.
@@ -98,6 +100,10 @@ def _badarg(call: Call, rest: Sequence[Any]) -> StoreError:
 
 def _conflict(call: Call, rest: Sequence[Any]) -> StoreError:
     return ConcurrencyConflict(call.task_id, call.expected, _version(rest[0]))
+
+
+def _schedule_conflict(call: Call, rest: Sequence[Any]) -> StoreError:
+    return ScheduleConflict(call.schedule_id, call.expected, _version(rest[0]))
 
 
 def _task_exists(call: Call, rest: Sequence[Any]) -> StoreError:
@@ -203,6 +209,11 @@ REPLIES: Mapping[str, Replies] = {
          **_SHARED},
     ),
     "task_commands": Replies({"OK": Code("the task's newest commands, oldest first"), **_SHARED}),
+    "write_schedule": Replies(
+        {"OK": Code("written: the version, and whether the task was created"),
+         "CONFLICT": Code("the stored version is another", _schedule_conflict),
+         "UNIQUE": UNIQUE, **_SHARED},
+    ),
 }  # fmt: skip
 
 

@@ -91,5 +91,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "commit_tasks",
     "changes",
     "task_commands",
+    "write_schedule",
 )
 READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query", "changes", "task_commands"})

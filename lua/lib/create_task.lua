@@ -1,0 +1,41 @@
+-- lib/create_task: a new task written whole with everything derived from it (its index
+-- entries and counters, its unique record, its expiry entry, its change-feed position):
+-- create's write, shared with write_schedule (a tick's task, created with the schedule's
+-- compare-and-set in one script).
+--
+--- @include "lib/common"
+--- @include "lib/indexes"
+--- @include "lib/feed"
+--- @include "lib/policies"
+--- @include "lib/task_args"
+
+-- Plan the create of `args` (lib/task_args, read with allow_lease) at `task_key` and check
+-- every key it touches; nothing is written. Returns nil when create_task_write may follow;
+-- 'applied' when the key holds this very call's create (a retry), 'exists' when another task
+-- has the id; or the refusal that ends the call: {'UNIQUE', holder}, {'CORRUPT', ...}.
+local function create_task_plan(root, task_key, args)
+  local kind = key_type(task_key)
+  if kind ~= 'none' then
+    if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
+    if created_by(task_key, args.token) then return 'applied' end
+    return 'exists'
+  end
+  local holder, bad = unique_plan(root, args.id, nil, args.policy)
+  if bad then return bad end
+  if holder then return { 'UNIQUE', holder } end
+  index_add(root, args.id, args.view)
+  expiry_move(root, args.id, nil, args.policy)
+  args.position = feed_next(root, nil, args.id)
+  return index_check() or feed_check(root)
+end
+
+-- Write what create_task_plan planned; publishes '1' on {ns}:nudge:work (idle workers wake;
+-- best effort: an ACL that denies the channel leaves the write as it is).
+local function create_task_write(root, task_key, args)
+  rcall('HSET', task_key, 'w', args.token, 'ct', args.token, 'fs', args.position,
+    unpack(ARGV, args.from, args.to))
+  index_flush()
+  unique_flush()
+  feed_flush(root)
+  redis.pcall('PUBLISH', root .. 'nudge:work', '1')
+end

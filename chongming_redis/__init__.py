@@ -14,6 +14,8 @@ from chongming_redis.errors import (
     ConcurrencyConflict,
     CorruptRecord,
     InvalidCursor,
+    ScheduleConflict,
+    ScheduleNotFound,
     StoreClosed,
     StoreError,
     StoreUnavailable,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.context import TaskContext
     from chongming_redis.runtime.controller import Controller
+    from chongming_redis.schedules import Overlap, Schedule, ScheduleError
     from chongming_redis.stores.postgres import PostgresTaskStore
     from chongming_redis.stores.redis import RedisTaskStore
     from chongming_redis.stores.sqlite import SqliteTaskStore
@@ -75,11 +78,16 @@ __all__ = [
     "LimitConflict",
     "LimitKeyError",
     "NonRetryable",
+    "Overlap",
     "PostgresTaskStore",
     "Progress",
     "RateLimit",
     "RedisTaskStore",
     "RetryPolicy",
+    "Schedule",
+    "ScheduleConflict",
+    "ScheduleError",
+    "ScheduleNotFound",
     "SqliteTaskStore",
     "StoreClosed",
     "StoreError",
@@ -117,6 +125,10 @@ _LAZY = {
     "SqliteTaskStore": "chongming_redis.stores.sqlite",
     "Controller": "chongming_redis.runtime.controller",
     "BucketPolicy": "chongming_redis.runtime.buckets",
+    # cron expressions (cronsim) and time zones: loaded when a schedule is made
+    "Schedule": "chongming_redis.schedules",
+    "Overlap": "chongming_redis.schedules",
+    "ScheduleError": "chongming_redis.schedules",
 }
 
 

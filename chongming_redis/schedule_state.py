@@ -140,6 +140,13 @@ def fire_due(
                 buffered = plan.fire
             else:
                 outcomes.append(TickOutcome(SKIPPED, plan.fire, now))
+    if (
+        not outcomes
+        and fire is None
+        and buffered == state.buffered
+        and next_tick == state.next_tick
+    ):
+        return None  # a kept tick still waiting for the previous task: nothing to write
     task_id = None if fire is None else tick_task_id(schedule.id, fire)
     if fire is not None:
         outcomes.append(TickOutcome(FIRED, fire, now, task_id=task_id))

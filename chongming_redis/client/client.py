@@ -40,6 +40,7 @@ from chongming_redis.client.flows import (
     drive,
     query_of,
 )
+from chongming_redis.client.schedules import Schedules
 from chongming_redis.model import CommandKind, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App, TaskType
@@ -200,6 +201,12 @@ class Client(ClientFlows):
                                       priority=priority, retry=retry, timeout=timeout,
                                       retention=retention)  # fmt: skip
         return [TaskHandle(self, task_id) for task_id in self._drive(flow)]
+
+    @property
+    def schedules(self) -> Schedules:
+        """The namespace's schedules: ``upsert``, ``get``, ``list``, ``pause``, ``resume``,
+        ``trigger``, ``delete`` (``client/schedules.py``)."""
+        return Schedules(self)
 
     def handle(self, task_id: str) -> TaskHandle:
         """A handle for a task submitted elsewhere (nothing is read)."""

@@ -33,6 +33,7 @@ from chongming_redis.policy import (
     RetryPolicy,
     check_duration,
 )
+from chongming_redis.schedules import Schedule
 from chongming_redis.validation import check_identifier, check_priority
 
 R = TypeVar("R")
@@ -127,6 +128,20 @@ class App:
         self.name = check_identifier(name, "app name")
         self.types: dict[str, TaskType] = {}
         self.retention = check_duration(retention, "retention", maximum=MAX_RETENTION)
+        #: What ``schedule`` registered: stored by every worker of the app when it starts.
+        self.schedules: dict[str, Schedule] = {}
+
+    def schedule(self, schedule: Schedule) -> Schedule:
+        """Register ``schedule``: each worker of this app stores it when it starts (a changed
+        definition replaces the stored one; one removed from the code stays stored, and keeps
+        firing, until ``chongming-redis schedules delete``). Its task must be one of the app's
+        types when it starts; the parameters are checked then too."""
+        if not isinstance(schedule, Schedule):
+            raise TypeError(f"schedule takes a Schedule, not {type(schedule).__name__}")
+        if schedule.id in self.schedules and self.schedules[schedule.id] != schedule:
+            raise ValueError(f"schedule {schedule.id!r} is registered twice, differently")
+        self.schedules[schedule.id] = schedule
+        return schedule
 
     @overload
     def task(self, name: Callable[..., R], /) -> TaskFunction[R]: ...

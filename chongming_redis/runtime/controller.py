@@ -54,6 +54,7 @@ from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotif
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.retention import expire_finished
 from chongming_redis.runtime.runner import Runner
+from chongming_redis.runtime.schedule_loop import schedule_firer
 from chongming_redis.runtime.signals import ShutdownSignals
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.runtime.stranded import StrandedWarnings
@@ -290,6 +291,10 @@ class Controller:
         if not self._limits_recorded:
             self.record_limits()
         self.clock.sync()
+        firer = schedule_firer(self.store, app=self.app, owner=self.owner, buckets=self.buckets,
+                               now=self.clock.now, serving=lambda: self.serve_buckets,
+                               events=self.events, wake=self._wake_starter.set,
+                               read_limits=self.adapter.limit_definitions)  # fmt: skip
         self.adapter.record_task_types(list(self.app.types))
         self.notifier.subscribe(self.owner, self._wake_commands)
         self.notifier.subscribe(WORK, self._wake_starter)
@@ -321,6 +326,8 @@ class Controller:
         ]  # fmt: skip
         if self.runner.group_commit:
             loops.append(("committer", lambda: commit_finished(self.runner, running)))
+        if firer is not None:
+            loops.append(("schedules", lambda: firer.run(c.schedule_poll_interval, running)))
         for name, loop in loops:
             thread = threading.Thread(target=loop, name=f"{self.owner}-{name}", daemon=True)
             thread.start()

@@ -31,6 +31,7 @@ OPERATIONS: Final[tuple[str, ...]] = (
     "lease",  # renew a lease, write a heartbeat or progress
     "complete_command",  # answer a stop command once its task ended
     "supervise",  # anything else the supervisor's tick failed at
+    "schedules",  # read or fire the schedules of the buckets it holds
 )
 
 
@@ -67,6 +68,10 @@ class WorkerEvents:
     def task_timed_out(self, name: str) -> None:
         """An attempt of a task of type ``name`` was ended for running past its timeout (by
         its holder, here, or by this worker's reconcile for a holder that did not)."""
+
+    def schedule_ticks(self, schedule_id: str, outcome: str, count: int) -> None:
+        """This worker decided ``count`` ticks of a schedule: ``outcome`` is one of
+        ``schedule_state.OUTCOMES`` (``fired``, ``skipped``, ``missed``, ``triggered``)."""
 
 
 #: The default observer of a ``Controller``.

@@ -25,6 +25,7 @@ SQLITE_EXTENSIONS = frozenset(
         "WorkerBeatsStore",
         "TaskPoliciesStore",
         "LimitsStore",
+        "SchedulesStore",
     }
 )
 

@@ -26,6 +26,8 @@ Tables (``schema_statements``):
   the limits (``LimitsStore``), version 4 (``_v4``, ``_sql/limits.py``).
   Progress numbers are stored as text (``"1"`` vs ``"1.0"``), so a float stays a float in any
   dialect.
+* ``schedules`` — ``(id, version, state)``: the schedule records (``SchedulesStore``), version 5
+  (``_v5``, ``_sql/schedules.py``).
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
   the ``tags`` JSON would let ``a"io`` match ``io``).
 * ``history`` — ``(task_id, version)`` primary key: ``append`` is ``ON CONFLICT DO NOTHING``.
@@ -52,7 +54,7 @@ from chongming_redis.errors import UnsupportedSchema
 from chongming_redis.model import TaskStatus
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The final statuses (``TaskStatus.is_terminal``): a task in one holds no unique id and may
 #: expire.
@@ -276,8 +278,17 @@ def _v4(d: Dialect) -> list[str]:
     ]
 
 
+def _v5(d: Dialect) -> list[str]:
+    """Schedules: one row per schedule record, its version (1 when created, each write one
+    more) and its state text as the caller gave it (``_sql/schedules.py``)."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS schedules (id {d.text} PRIMARY KEY,"
+        f" version {d.bigint} NOT NULL, state {d.text} NOT NULL)",
+    ]
+
+
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 

@@ -1,7 +1,7 @@
 """``SqlTaskStore``: every ``TaskStore`` method, the runtime extensions and the change feed over
 the shared SQL of the ``_sql`` modules, for any SQL database (the task policies' methods are
-``SqlPolicies``, ``_sql/policies.py``; the limits' ``SqlLimits``, ``_sql/limits.py``). A
-concrete store
+``SqlPolicies``, ``_sql/policies.py``; the limits' ``SqlLimits``, ``_sql/limits.py``; the
+schedules' ``SqlSchedules``, ``_sql/schedules.py``). A concrete store
 (``SqliteTaskStore``, ``PostgresTaskStore``) provides only the connection side:
 
 * ``_transaction(write=...)`` — a context manager yielding a ``Tx``: committed when the block
@@ -50,6 +50,7 @@ from chongming_redis.stores._sql.rows import (
     integer,
     text,
 )
+from chongming_redis.stores._sql.schedules import SqlSchedules
 from chongming_redis.stores._sql.schema import Tx
 from chongming_redis.stores.codec import (
     command_to_row,
@@ -61,7 +62,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class SqlTaskStore(SqlPolicies, SqlLimits):
+class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules):
     #: Tasks one ``prune`` transaction drops at most (a long prune never holds the write lock
     #: for long; each batch re-reads which tasks are beyond ``keep_terminal``).
     prune_batch = 500

@@ -60,11 +60,13 @@ class TickOutcome:
 class ScheduleState:
     """A stored schedule: its definition, whether it is paused, the next tick not yet
     decided, the task of the last tick fired (the overlap rule reads it), a tick kept by
-    ``BUFFER_ONE``, and its outcomes."""
+    ``BUFFER_ONE``, and its outcomes. ``first_tick``: the first tick of its current timing
+    (since then every tick up to ``next_tick`` was decided, but for those of pauses)."""
 
     schedule: Schedule
     next_tick: datetime
     updated_at: datetime
+    first_tick: datetime
     paused: bool = False
     last_task: str | None = None
     buffered: datetime | None = None
@@ -83,7 +85,8 @@ class Firing:
 
 def new_state(schedule: Schedule, now: datetime) -> ScheduleState:
     """A schedule just stored: its first tick is the first after ``now``."""
-    return ScheduleState(schedule, schedule.next_tick(now), _utc(now))
+    first = schedule.next_tick(now)
+    return ScheduleState(schedule, first, _utc(now), first)
 
 
 def replaced(state: ScheduleState, schedule: Schedule, now: datetime) -> ScheduleState:
@@ -91,8 +94,11 @@ def replaced(state: ScheduleState, schedule: Schedule, now: datetime) -> Schedul
     tick is the new definition's first after ``now``; the rest is kept."""
     old = state.schedule
     same_timing = (old.cron, old.every, old.tz) == (schedule.cron, schedule.every, schedule.tz)
-    next_tick = state.next_tick if same_timing else schedule.next_tick(now)
-    return replace(state, schedule=schedule, next_tick=next_tick, updated_at=_utc(now))
+    if same_timing:
+        return replace(state, schedule=schedule, updated_at=_utc(now))
+    first = schedule.next_tick(now)
+    return replace(state, schedule=schedule, next_tick=first, first_tick=first,
+                   updated_at=_utc(now))  # fmt: skip
 
 
 def paused(state: ScheduleState, flag: bool, now: datetime) -> ScheduleState:
@@ -183,7 +189,8 @@ def to_json(state: ScheduleState) -> str:
                   "every": s.every, "tz": s.tz, "overlap": s.overlap.value}  # fmt: skip
     return json.dumps({
         "schedule": definition, "next_tick": _text(state.next_tick),
-        "updated_at": _text(state.updated_at), "paused": state.paused,
+        "updated_at": _text(state.updated_at), "first_tick": _text(state.first_tick),
+        "paused": state.paused,
         "last_task": state.last_task, "buffered": _text(state.buffered),
         "counts": state.counts, "recent": [_outcome_json(o) for o in state.recent],
     }, sort_keys=True, separators=(",", ":"))  # fmt: skip
@@ -196,7 +203,8 @@ def from_json(text: str) -> ScheduleState:
         schedule = Schedule(**d["schedule"])
         return ScheduleState(
             schedule=schedule, next_tick=_moment(d["next_tick"]),
-            updated_at=_moment(d["updated_at"]), paused=bool(d["paused"]),
+            updated_at=_moment(d["updated_at"]), first_tick=_moment(d["first_tick"]),
+            paused=bool(d["paused"]),
             last_task=d["last_task"], buffered=_optional_moment(d["buffered"]),
             counts={k: int(v) for k, v in d["counts"].items()},
             recent=tuple(_outcome(o) for o in d["recent"]),
@@ -207,7 +215,7 @@ def from_json(text: str) -> ScheduleState:
 
 def definition_json(schedule: Schedule) -> dict[str, Any]:
     """The definition as JSON values (the CLI and the dashboard print it)."""
-    return json.loads(to_json(ScheduleState(schedule, _EPOCH, _EPOCH)))["schedule"]  # type: ignore[no-any-return]
+    return json.loads(to_json(ScheduleState(schedule, _EPOCH, _EPOCH, _EPOCH)))["schedule"]  # type: ignore[no-any-return]
 
 
 def _outcome_json(item: TickOutcome) -> dict[str, Any]:

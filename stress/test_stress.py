@@ -101,8 +101,15 @@ def test_short_clean_run_fires_every_fault_and_finds_no_violation(
         "expired",
         "unique_submits",
         "policy_bounds",
+        # the schedules (issue 27)
+        "tick_double_fires",
+        "tick_gaps",
+        "early_ticks",
+        "ticks_fired",
     ):
         assert key in report
+    # the schedule fired through the faults (a tick a second, over a 20 s run)
+    assert report["ticks_fired"] >= 5, report
     # ... really in use: a policy retry, a timeout, an expiry, both kinds of unique answers
     assert report["retries_by_cause"].get("failed (Flaky)", 0) >= 1, report["retries_by_cause"]
     assert report["timeouts"] >= 1 and report["expired"] >= 1

@@ -143,6 +143,7 @@ def test_a_changed_timing_starts_again_and_the_rest_is_kept() -> None:
     assert same_timing.next_tick == tick(20) and same_timing.counts == fired.state.counts
     new_timing = replaced(fired.state, Schedule("sync", "echo", every=60), at(12))
     assert new_timing.next_tick == tick(60) and new_timing.last_task == fired.state.last_task
+    assert (same_timing.first_tick, new_timing.first_tick) == (tick(10), tick(60))
 
 
 def test_recent_keeps_the_newest_and_the_counts_count_all() -> None:

@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import redis
 from pydantic import BaseModel, Field
@@ -61,6 +61,7 @@ from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transitio
 from chongming_redis.policy import RetryPolicy, TaskTimeout
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
+from chongming_redis.schedules import Schedule
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress.clients import client_for, cluster_from_env, server_time
 
@@ -310,6 +311,16 @@ def limited(ctx: TaskContext, params: Keyed) -> dict[str, int]:
 def rated(ctx: TaskContext, params: Step) -> dict[str, int]:
     """``step`` under ``RATED``."""
     return _once(ctx, params, timed=True)
+
+
+@app.task()
+def beat(ctx: TaskContext, params: Any) -> str:
+    """The task of ``BEAT``'s ticks (``stress/schedule_checks.py`` judges them)."""
+    return ctx.task_id
+
+
+#: Fired by whichever worker holds its bucket, through every fault of the run.
+BEAT = app.schedule(Schedule("stress-beat", "beat", every=1))
 
 
 def blind_start_tasks(

@@ -8,11 +8,19 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
+from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.runtime import scheduling
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress import checkers, feed_watch, limit_checks, policy_report, start_checks
+from chongming_redis.stress import (
+    checkers,
+    feed_watch,
+    limit_checks,
+    policy_report,
+    schedule_checks,
+    start_checks,
+)
 from chongming_redis.stress.policy_report import PolicyRun
 
 VIOLATION_KINDS = (
@@ -38,6 +46,10 @@ VIOLATION_KINDS = (
     "limit_overruns",
     "stale_holders",
     "rate_overruns",
+    # the schedules (stress/schedule_checks.py)
+    "tick_double_fires",
+    "tick_gaps",
+    "early_ticks",
 )
 
 #: The workers' start interval (``ControllerConfig.start_poll_interval``, the CLI's default).
@@ -107,6 +119,11 @@ def collect(
     found += policy_found
     limit_found, limit_counts = check_limits(store, namespace, known, histories)
     found += limit_found
+    beat = scheduling.read(store, stress_app.BEAT.id)  # the state first, then its tasks
+    tick_found, tick_counts = schedule_checks.check_schedule(
+        None if beat is None else beat.state, store.query(TaskQuery(name=stress_app.BEAT.task))
+    )
+    found += tick_found
     counts = checkers.count(found)
     statuses = Counter(s.status.value for s in known.values() if s is not None)
     retried = sum(
@@ -143,6 +160,7 @@ def collect(
         "removed_unwatched": len(gone.unverifiable),
         **policy_counts,
         **limit_counts,
+        **tick_counts,
     }
     for kind in VIOLATION_KINDS:
         report[kind] = counts.get(kind, 0)

@@ -201,9 +201,10 @@ def from_json(text: str) -> ScheduleState:
     try:
         d = json.loads(text)
         schedule = Schedule(**d["schedule"])
+        first = d.get("first_tick") or d["next_tick"]  # (a state written before first_tick)
         return ScheduleState(
             schedule=schedule, next_tick=_moment(d["next_tick"]),
-            updated_at=_moment(d["updated_at"]), first_tick=_moment(d["first_tick"]),
+            updated_at=_moment(d["updated_at"]), first_tick=_moment(first),
             paused=bool(d["paused"]),
             last_task=d["last_task"], buffered=_optional_moment(d["buffered"]),
             counts={k: int(v) for k, v in d["counts"].items()},

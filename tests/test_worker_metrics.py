@@ -10,6 +10,7 @@ The same series through real worker processes: ``test_worker_metrics_cli.py``.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -361,3 +362,58 @@ def test_retries_and_timeouts_are_counted_by_task_type_and_cause(
     assert value(found, "chongming_worker_task_retries_total", task="slow", cause="timeout") == 1
     assert value(found, "chongming_worker_task_timeouts_total", task="slow") == 2  # both tries
     assert ("chongming_worker_task_timeouts_total", frozenset({("task", "flaky")})) not in found
+
+
+def test_worker_metrics_implement_every_worker_event() -> None:
+    """Each ``WorkerEvents`` method is a series: none is left to the no-op base."""
+    methods = [n for n, v in vars(WorkerEvents).items() if callable(v) and not n.startswith("_")]
+    assert "schedule_ticks" in methods
+    missing = [n for n in methods if getattr(WorkerMetrics, n) is getattr(WorkerEvents, n)]
+    assert missing == []
+
+
+def test_schedule_ticks_are_counted_by_schedule_and_outcome_from_zero() -> None:
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    name = "chongming_worker_schedule_ticks_total"
+    assert not [k for k in samples(registry) if k[0] == name]  # no schedule seen yet
+    metrics.schedule_ticks("nightly", "missed", 3)
+    metrics.schedule_ticks("nightly", "fired", 1)
+    metrics.schedule_ticks("nightly", "fired", 1)
+    metrics.schedule_ticks("hourly", "skipped", 1)
+    found = {dict(labels)["schedule"] + "/" + dict(labels)["outcome"]: v
+             for (n, labels), v in samples(registry).items() if n == name}  # fmt: skip
+    assert found == {
+        "nightly/fired": 2, "nightly/skipped": 0, "nightly/missed": 3, "nightly/triggered": 0,
+        "hourly/fired": 0, "hourly/skipped": 1, "hourly/missed": 0, "hourly/triggered": 0,
+    }  # fmt: skip
+
+
+def test_a_controller_reports_the_ticks_it_fires(controllers: list[Controller]) -> None:
+    from chongming_redis.schedules import Schedule
+
+    ticking = App("ticking")
+
+    @ticking.task()
+    def tick(ctx: TaskContext, params: Any) -> None:
+        return None
+
+    ticking.schedule(Schedule("each-second", "tick", every=1))
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry, tasks=ticking.types)
+    store = InMemoryTaskStore()
+    controller = Controller(store, app=ticking, events=metrics, **FAST)
+    controllers.append(controller)
+    controller.start()
+
+    def fired() -> float:
+        found = samples(registry)
+        key = ("chongming_worker_schedule_ticks_total",
+               frozenset({("schedule", "each-second"), ("outcome", "fired")}))  # fmt: skip
+        return found.get(key, 0.0)
+
+    wait_until(lambda: fired() >= 1, "a fired tick")
+    controller.shutdown(grace=1)
+    _, text = store.schedule_records()["each-second"]
+    stored = json.loads(text)["counts"]["fired"]
+    assert fired() == stored  # every tick the store counts was reported, once

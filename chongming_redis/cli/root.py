@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from chongming_redis.cli import control, dashboard, read, submit, tools, worker
+from chongming_redis.cli import control, dashboard, read, schedules, submit, tools, worker
 from chongming_redis.cli.common import console, err, say_error
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -52,7 +52,7 @@ def root(
     in SQLite or PostgreSQL)."""
 
 
-for _module in (worker, submit, read, control, tools, dashboard):
+for _module in (worker, submit, read, control, schedules, tools, dashboard):
     _module.register(app)
 
 #: click's exception root, as the installed typer uses it (typer >= 0.24 bundles its own click).

@@ -1,19 +1,27 @@
 """The JSON API (``/api/v1``): the change feed in the seed's page shape, the overview's
-figures and one task in full. Errors are JSON too: ``{"error": code, "message": text}`` with
+figures, one task in full and the schedules (``/api/v1/schedules``: ``{"namespace",
+"read_at", "schedules": [{"id", "version", "definition", "paused", "next_tick", "updated_at",
+"last_task", "buffered", "counts", "recent": [{"outcome", "tick", "at", "task_id", "count",
+"last"}, ...]}, ...]}``, as ``chongming-redis schedules list --json`` prints them; 501 for a
+store that keeps no schedules). Errors are JSON too: ``{"error": code, "message": text}`` with
 HTTP 400 for a bad request (a malformed or future cursor above all: never an empty page), 404
 for an unknown task and 503 when the store cannot be read."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from chongming_redis.dashboard.reads import read_schedules_page
 from chongming_redis.dashboard.state import DashboardState
 from chongming_redis.errors import InvalidCursor, StoreError
 from chongming_redis.feed.wire import item_to_json, page_to_json
+from chongming_redis.runtime.scheduling import StoredSchedule
+from chongming_redis.schedule_state import OUTCOMES, definition_json
 from chongming_redis.stores.protocol import ChangeFeed
 
 FEED_LIMIT = 256
@@ -114,6 +122,42 @@ async def task(request: Request) -> Response:
     if snapshot.failure is not None:
         body["failure"]["traceback"] = snapshot.failure.traceback
     return JSONResponse(body)
+
+
+async def schedules(request: Request) -> Response:
+    """``GET /api/v1/schedules``: every schedule with its state and recent outcomes."""
+    dash = _dash(request)
+    try:
+        page = await to_thread.run_sync(read_schedules_page, dash.store)
+    except StoreError as exc:
+        return error(503, "store_unavailable", str(exc))
+    if page.schedules is None:
+        return error(501, "no_schedules", "this store keeps no schedules")
+    return JSONResponse({"namespace": dash.namespace, "read_at": _time(page.now),
+                         "schedules": [schedule_json(s) for s in page.schedules]})  # fmt: skip
+
+
+def schedule_json(stored: StoredSchedule) -> dict[str, Any]:
+    state = stored.state
+    definition = definition_json(state.schedule)
+    definition["params"] = _plain(definition["params"])
+    return {
+        "id": state.schedule.id, "version": stored.version, "definition": definition,
+        "paused": state.paused, "next_tick": _time(state.next_tick),
+        "updated_at": _time(state.updated_at), "last_task": state.last_task,
+        "buffered": _time(state.buffered),
+        "counts": {outcome: int(state.counts.get(outcome, 0)) for outcome in OUTCOMES},
+        "recent": [{"outcome": o.outcome, "tick": _time(o.tick), "at": _time(o.at),
+                    "task_id": o.task_id, "count": o.count, "last": _time(o.last)}
+                   for o in state.recent],
+    }  # fmt: skip
+
+
+def _time(moment: datetime | None) -> str | None:
+    """The feed's time format: RFC 3339 in UTC with microseconds, ``None`` kept."""
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _plain(value: Any) -> Any:

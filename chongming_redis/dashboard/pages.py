@@ -1,5 +1,6 @@
-"""The HTML pages: the overview, the task list and a task. Each is rendered from one bounded
-read (``reads``) and names the event stream that keeps it live (``data-events``)."""
+"""The HTML pages: the overview, the task list, a task and the schedules. Each is rendered
+from one bounded read (``reads``); the first three name the event stream that keeps them live
+(``data-events``), the schedules page is read again on reload."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from starlette.responses import HTMLResponse, Response
 from chongming_redis.dashboard import auth
 from chongming_redis.dashboard.auth import page_context
 from chongming_redis.dashboard.listing import BadFilter, parse_list_request
-from chongming_redis.dashboard.reads import read_list, read_task
+from chongming_redis.dashboard.reads import read_list, read_schedules_page, read_task
 from chongming_redis.dashboard.state import DashboardState
 from chongming_redis.errors import StoreError
+from chongming_redis.schedule_state import OUTCOMES
 
 
 def _dash(request: Request) -> DashboardState:
@@ -87,3 +89,14 @@ async def task_page(request: Request) -> Response:
         done = None  # not written by this dashboard's buttons: never shown
     return render(request, "task.html", page=page, done=done,
                   events="/events/task?" + urlencode({"id": task_id}))  # fmt: skip
+
+
+async def schedules(request: Request) -> Response:
+    """Every schedule: its definition, state, counts and recent outcomes (no live updates:
+    reload to see new ticks)."""
+    dash = _dash(request)
+    try:
+        page = await to_thread.run_sync(read_schedules_page, dash.store)
+    except StoreError as exc:
+        return store_down(request, exc)
+    return render(request, "schedules.html", page=page, outcomes=OUTCOMES)

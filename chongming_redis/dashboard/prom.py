@@ -7,12 +7,14 @@ worker (``--metrics-port``); these are what only the store knows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from chongming_redis.dashboard.reads import Overview, read_overview
+from chongming_redis.dashboard.reads import Overview, read_overview, read_schedules
+from chongming_redis.runtime.scheduling import StoredSchedule
+from chongming_redis.schedule_state import OUTCOMES
 from chongming_redis.stores.protocol import TaskStore
 
 
@@ -63,6 +65,9 @@ class StoreCollector(Collector):
                          ov.oldest_unclaimed_age or 0.0)  # fmt: skip
         if ov.limits is not None:
             yield from _limit_gauges(ns, ov)
+        schedules = read_schedules(self.store)
+        if schedules is not None:
+            yield from _schedule_metrics(ns, schedules)
         if ov.feed is not None:
             yield _gauge("chongming_feed_head", "The change feed's last position issued.", ns,
                          ov.feed.head)  # fmt: skip
@@ -88,6 +93,24 @@ def _limit_gauges(namespace: str, ov: Overview) -> Iterator[Metric]:
         waiting.add_metric([namespace, row.limit_id], row.waiting)
     yield held
     yield waiting
+
+
+def _schedule_metrics(namespace: str, schedules: Iterable[StoredSchedule]) -> Iterator[Metric]:
+    """Per schedule: its ticks by outcome as the store counts them (every worker's, kept
+    across restarts; a deleted schedule's series go with it) and whether it is paused."""
+    ticks = CounterMetricFamily("chongming_schedule_ticks",
+                                "Ticks of the schedule by outcome (fired, skipped, missed, "
+                                "triggered), as the store counts them for the whole pool.",
+                                labels=["namespace", "schedule", "outcome"])  # fmt: skip
+    paused = GaugeMetricFamily("chongming_schedule_paused", "1 when the schedule is paused.",
+                               labels=["namespace", "schedule"])  # fmt: skip
+    for stored in schedules:
+        sid = stored.schedule.id
+        for outcome in OUTCOMES:
+            ticks.add_metric([namespace, sid, outcome], stored.state.counts.get(outcome, 0))
+        paused.add_metric([namespace, sid], 1 if stored.state.paused else 0)
+    yield ticks
+    yield paused
 
 
 def _gauge(name: str, documentation: str, namespace: str, value: float) -> GaugeMetricFamily:

@@ -3,7 +3,8 @@
 Synchronous and backend-neutral: the web app runs these in a worker thread. Each page costs a
 bounded number of store calls whatever the number of tasks: the overview reads counters (never
 tasks), a list page reads one page through keyset paging (``PagedQueryStore``), a task page reads
-one task, its history and its commands. An extension a store lacks hides that part of a page.
+one task, its history and its commands, the schedules page every schedule's record (one
+call; a namespace keeps few). An extension a store lacks hides that part of a page.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from chongming_redis.model import (
     Transition,
 )
 from chongming_redis.runtime.limit_defs import LimitRow, RefState, limit_rows, ref_states
+from chongming_redis.runtime.scheduling import StoredSchedule, read_all
 from chongming_redis.runtime.stranded import Stranded, stranded_types
 from chongming_redis.stores.extensions import (
     BucketCountingStore,
@@ -34,6 +36,7 @@ from chongming_redis.stores.extensions import (
     WorkerBeatsStore,
 )
 from chongming_redis.stores.protocol import ChangeFeed, TaskStore
+from chongming_redis.stores.schedule_store import SchedulesStore
 
 #: The page's newest commands shown for a task.
 TASK_COMMANDS = 50
@@ -138,6 +141,25 @@ def read_limits(store: TaskStore) -> tuple[LimitRow, ...] | None:
     definitions, _ = store.limit_definitions()
     usage = store.limit_usage(limit=LIMIT_USAGE)
     return tuple(limit_rows(definitions, usage, busiest=LIMIT_KEYS))
+
+
+@dataclass(frozen=True)
+class SchedulesPage:
+    now: datetime
+    #: Every schedule, by id (``None``: the store is no ``SchedulesStore``).
+    schedules: tuple[StoredSchedule, ...] | None
+
+
+def read_schedules(store: TaskStore) -> tuple[StoredSchedule, ...] | None:
+    """Every schedule with its state (one store call), ``None`` without ``SchedulesStore``; a
+    record that does not decode is logged and left out (``scheduling.read_all``)."""
+    if not isinstance(store, SchedulesStore):
+        return None
+    return tuple(read_all(store))
+
+
+def read_schedules_page(store: TaskStore) -> SchedulesPage:
+    return SchedulesPage(store_now(store), read_schedules(store))
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from chongming_redis.runtime.events import (
     RetryCause,
     WorkerEvents,
 )
+from chongming_redis.schedule_state import OUTCOMES
 
 __all__ = ["DURATION_BUCKETS", "WorkerMetrics", "child_exited", "serve", "shared_registry",
            "worker_registry"]  # fmt: skip
@@ -76,11 +77,16 @@ class WorkerMetrics(WorkerEvents):
         self.timeouts = Counter("chongming_worker_task_timeouts", "Attempts ended for running "
                                 "past their timeout, by task type.", ["task"],
                                 registry=r)  # fmt: skip
+        self.schedule_ticks_total = Counter("chongming_worker_schedule_ticks", "Schedule "
+                                            "ticks this worker decided, by schedule and "
+                                            "outcome (fired, skipped, missed, triggered).",
+                                            ["schedule", "outcome"], registry=r)  # fmt: skip
         # The labelled children, looked up once per label set: labels() takes a lock and
         # checks its arguments on every call, and these are on every task's path.
         self._started: dict[str, Counter] = {}
         self._finished: dict[tuple[str, str], Counter] = {}
         self._durations: dict[str, Histogram] = {}
+        self._schedules: set[str] = set()
         for operation in OPERATIONS:
             self.store_errors.labels(operation)
         for name in tasks:
@@ -131,6 +137,15 @@ class WorkerMetrics(WorkerEvents):
 
     def task_timed_out(self, name: str) -> None:
         self.timeouts.labels(name).inc()
+
+    def schedule_ticks(self, schedule_id: str, outcome: str, count: int) -> None:
+        # A schedule's first report starts every outcome of it at 0 (its ids are not known
+        # before: workers read them from the store).
+        if schedule_id not in self._schedules:
+            for each in OUTCOMES:
+                self.schedule_ticks_total.labels(schedule_id, each)
+            self._schedules.add(schedule_id)
+        self.schedule_ticks_total.labels(schedule_id, outcome).inc(count)
 
 
 def worker_registry() -> CollectorRegistry:

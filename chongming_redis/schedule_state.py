@@ -162,6 +162,22 @@ def fire_due(
     return Firing(new, task_id, fire)
 
 
+def unfired(before: ScheduleState, firing: Firing) -> Firing:
+    """``firing`` with its tick skipped instead of fired: its task could not be made (the
+    stored parameters no longer fit the task type). The tick is decided all the same, so a
+    worker does not try it again at every pass."""
+    if firing.tick is None:
+        return firing
+    state = firing.state
+    outcomes = [o for o in state.recent if not (o.outcome == FIRED and o.task_id == firing.task_id)]
+    counts = {**state.counts, FIRED: state.counts[FIRED] - 1}
+    counts[SKIPPED] = counts.get(SKIPPED, 0) + 1
+    skipped = TickOutcome(SKIPPED, firing.tick, state.updated_at)
+    new = replace(state, counts=counts, recent=(*outcomes, skipped)[-RECENT:],
+                  last_task=before.last_task)  # fmt: skip
+    return Firing(new, None, None)
+
+
 def triggered(state: ScheduleState, now: datetime) -> Firing:
     """A tick fired by hand at ``now`` (``trigger``): its task id is the tick id with
     ``.trigger`` after it (never a scheduled tick's id); the schedule's ticks are unchanged."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from itertools import pairwise
 from typing import Any
 
@@ -170,3 +170,28 @@ def test_two_workers_sharing_a_namespace_fire_each_tick_once(
     for task in tasks:  # never before its time: created at or after its tick
         tick = datetime.strptime(task.task_id.split("@")[1], "%Y-%m-%dT%H:%M:%SZ")
         assert task.created_at >= tick.replace(tzinfo=timezone.utc)
+
+
+def test_a_tick_whose_task_cannot_be_made_is_skipped_once_and_the_others_fire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from chongming_redis.runtime.buckets import BucketPolicy
+    from chongming_redis.runtime.scheduling import TaskMaker, fire_due, read
+    from chongming_redis.stores.memory import InMemoryTaskStore
+
+    store = InMemoryTaskStore()
+    client = Client(store)  # no app: the parameters are stored as given
+    client.schedules.upsert(Schedule("broken", "report", {"day": "not a day"}, every=1))
+    client.schedules.upsert(Schedule("fine", "echo", every=1))
+    maker = TaskMaker(make_app(), BucketPolicy(), "w")  # this worker's report refuses them
+    moment = datetime.now(timezone.utc) + timedelta(seconds=2)
+    later = lambda: moment  # noqa: E731  (one instant: the second pass finds nothing due)
+    assert fire_due(store, later, maker, owned=lambda sid: True) == 1
+    broken, fine = read(store, "broken"), read(store, "fine")
+    assert broken is not None and fine is not None
+    assert broken.state.counts["skipped"] == 1 and broken.state.counts["fired"] == 0
+    assert broken.state.recent[-1].outcome == "skipped" and broken.state.last_task is None
+    assert fine.state.counts["fired"] == 1
+    assert [t.name for t in store.query()] == ["echo"]
+    assert "tick" in caplog.text and "not fired" in caplog.text
+    assert fire_due(store, later, maker, owned=lambda sid: True) == 0  # decided: not again

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from chongming_redis.errors import ScheduleConflict, ScheduleNotFound, StoreError
+from chongming_redis.errors import (
+    ScheduleConflict,
+    ScheduleNotFound,
+    StoreError,
+    StoreUnavailable,
+)
 from chongming_redis.limits import BoundLimit
 from chongming_redis.model import TaskSnapshot, Transition
 from chongming_redis.runtime.app import App, TaskType
@@ -34,6 +39,7 @@ from chongming_redis.schedule_state import (
     replaced,
     to_json,
     triggered,
+    unfired,
 )
 from chongming_redis.schedule_state import fire_due as decide
 from chongming_redis.schedules import Schedule
@@ -177,19 +183,39 @@ def fire_due(
     every outcome written."""
     created = 0
     for current in read_all(store):
-        sid = current.schedule.id
-        if not owned(sid) or not is_due(current.state, now()):
-            continue
-        firing = plan_firing(store, current, now())
-        if firing is None:
+        if not owned(current.schedule.id) or not is_due(current.state, now()):
             continue
         try:
-            made = _write(store, current, firing, maker)
-        except ScheduleConflict:
-            continue  # another worker decided these ticks first
-        created += made
-        _report(current.state, firing.state, report)
+            created += _fire_one(store, current, now(), maker, report)
+        except StoreUnavailable:
+            raise  # the loop's outage handling: the store is down for every schedule
+        except (StoreError, ValueError, TypeError) as exc:  # this one only: the others go on
+            log.error("schedule %r: cannot fire: %s", current.schedule.id, exc)
     return created
+
+
+def _fire_one(
+    store: Any,
+    current: StoredSchedule,
+    now: datetime,
+    maker: TaskMaker,
+    report: Callable[[str, str, int], None],
+) -> int:
+    """Fire ``current`` if due; the tasks created (0 or 1)."""
+    firing = plan_firing(store, current, now)
+    if firing is None:
+        return 0
+    try:
+        try:
+            made = _write(store, current, firing, maker)
+        except (ValueError, TypeError) as exc:  # its task cannot be made: skipped, said once
+            log.error("schedule %r: tick %s not fired: %s", current.schedule.id, firing.tick, exc)
+            firing = unfired(current.state, firing)
+            made = _write(store, current, firing, maker)
+    except ScheduleConflict:
+        return 0  # another worker decided these ticks first
+    _report(current.state, firing.state, report)
+    return made
 
 
 def plan_firing(store: TaskStore | Any, current: StoredSchedule, now: datetime) -> Firing | None:

@@ -94,6 +94,10 @@ def replaced(state: ScheduleState, schedule: Schedule, now: datetime) -> Schedul
     tick is the new definition's first after ``now``; the rest is kept."""
     old = state.schedule
     same_timing = (old.cron, old.every, old.tz) == (schedule.cron, schedule.every, schedule.tz)
+    if state.buffered is not None and schedule.overlap is not Overlap.BUFFER_ONE:
+        # A kept tick would never fire under another rule: it is decided now, skipped.
+        state = _recorded(state, [TickOutcome(SKIPPED, state.buffered, _utc(now))], _utc(now))
+        state = replace(state, buffered=None)
     if same_timing:
         return replace(state, schedule=schedule, updated_at=_utc(now))
     first = schedule.next_tick(now)

@@ -16,12 +16,14 @@ of ``tz`` (an IANA name). Daylight saving time, as cron daemons do it (``cronsim
 * a time the clock skips (spring forward: 02:30 in Europe/Berlin on the last Sunday of March)
   fires once, at the first valid time after the gap (03:00 local);
 * a time the clock repeats (fall back: 02:30 on the last Sunday of October) fires once, at its
-  first occurrence (02:30 CEST), for a fixed hour; an expression with a wildcard hour
-  (``*/30 * * * *``) fires in both occurrences of the repeated hour, as it names every hour.
+  first occurrence (02:30 CEST), when neither the minute nor the hour field starts with ``*``;
+  an expression whose minute or hour field does (``*/30 * * * *``, ``*/30 2 * * *``) fires in
+  both occurrences of the repeated hour, as cron's own rule for such fields says.
 
 **Catch-up.** Ticks missed while no worker ran (``catch_up``): the latest missed tick is fired
 once if it is within ``CATCH_UP_WINDOW`` (an hour) of now, and every other missed tick is
-recorded as missed (never fired late).
+recorded as missed (never fired late; a tick ``Overlap.BUFFER_ONE`` keeps fires when the
+previous task ends, however late that is).
 
 Low in the package: imports only ``validation``.
 """

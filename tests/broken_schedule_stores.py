@@ -153,6 +153,31 @@ class ListsAfterClose(InMemoryTaskStore):
         return dict(self._schedules)
 
 
+class DeleteResetsTheVersion(InMemoryTaskStore):
+    """delete_schedule forgets the version: a writer from before the delete lands on the
+    schedule made again (a stale firing writes the old definition back)."""
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        found = super().delete_schedule(schedule_id)
+        with self._lock:
+            self._schedules.pop(schedule_id, None)
+        return found
+
+
+class TickTaskSkipsTheFeed(InMemoryTaskStore):
+    """The tick's task is stored without its change-feed position (a feed reader never sees
+    it)."""
+
+    def write_schedule(self, schedule_id, state, *, expect_version, task=None):  # type: ignore[no-untyped-def]
+        result = super().write_schedule(
+            schedule_id, state, expect_version=expect_version, task=task
+        )
+        if task is not None and result[1]:
+            with self._lock:
+                self._feed = type(self._feed)()
+        return result
+
+
 _ = TaskSnapshot  # (type of the task argument above)
 
 ONCE = "test_a_schedule_is_created_once_and_read_back_exactly"
@@ -171,6 +196,8 @@ CAUGHT_BY: dict[str, str] = {
     "ListsAStaleCopy": "test_schedules_are_independent_records",
     "AcceptsANegativeVersion": "test_bad_input_is_refused_and_writes_nothing",
     "ListsAfterClose": "test_a_closed_store_refuses_schedule_calls",
+    "DeleteResetsTheVersion": "test_versions_never_go_back_across_a_delete",
+    "TickTaskSkipsTheFeed": "test_a_firing_creates_its_task_in_the_same_write",
 }
 SOUND: dict[str, type[InMemoryTaskStore]] = {}
 

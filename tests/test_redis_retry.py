@@ -238,3 +238,34 @@ def test_a_save_may_neither_write_nor_delete_the_create_token(
         reply = script(keys=[key, root], args=["t1", "tok", "1", 1, token_field, *fields])
         assert reply[0] == b"BADARG", token_field
     assert store._client.hget(key, "ct") is not None and store.get("t1") == task("t1")
+
+
+def test_a_retried_schedule_write_answers_what_it_did_and_fires_once(
+    proxy: FaultProxy, namespace: str
+) -> None:
+    """A tick's firing (or a trigger) whose reply was lost: the retry finds its token, answers
+    the new version and that the task was created, and writes nothing more (without it, the
+    caller saw a conflict, read again and triggered a second task)."""
+    store = through(proxy, namespace)
+    store.write_schedule("s", "v1", expect_version=0)
+    toxic = proxy.drop_reply_of("EVALSHA", nth=1)
+
+    sent = evalshas_during(
+        proxy, lambda: store.write_schedule("s", "v2", expect_version=1, task=task("s@tick"))
+    )
+    assert toxic.fired == 1 and sent == 2
+    assert store.schedule_record("s") == (2, "v2")
+    assert store.counts()[TaskStatus.PENDING] == 1
+
+    toxic = proxy.drop_reply_of("EVALSHA", nth=1)
+    assert evalshas_during(proxy, lambda: store.delete_schedule("s")) == 2
+    assert toxic.fired == 1 and store.schedule_record("s") is None
+
+
+def test_the_retried_write_reports_the_task_it_created(proxy: FaultProxy, namespace: str) -> None:
+    store = through(proxy, namespace)
+    store.write_schedule("s", "v1", expect_version=0)
+    proxy.drop_reply_of("EVALSHA", nth=1)
+    assert store.write_schedule("s", "v2", expect_version=1, task=task("s@tick")) == (2, True)
+    proxy.drop_reply_of("EVALSHA", nth=1)
+    assert store.delete_schedule("s") is True  # deleted by the first run: still "it existed"

@@ -166,3 +166,17 @@ def test_the_stored_text_round_trips_and_a_bad_one_is_a_value_error() -> None:
     for bad in ("", "{}", '{"schedule": {"id": "x"}}', to_json(cron).replace("30 2", "99 2")):
         with pytest.raises(ValueError, match="not a schedule state"):
             from_json(bad)
+
+
+def test_a_kept_tick_is_skipped_when_the_rule_stops_keeping_it() -> None:
+    first = fire_due(every(overlap=Overlap.BUFFER_ONE), tick(10), previous_unfinished=False)
+    assert first is not None
+    kept = fire_due(first.state, tick(20), previous_unfinished=True)
+    assert kept is not None and kept.state.buffered == tick(20)
+    allow = replaced(kept.state, Schedule("sync", "echo", {"x": 1}, every=10,
+                                          overlap=Overlap.ALLOW), at(21))  # fmt: skip
+    assert allow.buffered is None and outcomes(allow)[-1] == ("skipped", tick(20), 1)
+    assert allow.counts == {"fired": 1, "skipped": 1, "missed": 0, "triggered": 0}
+    still = replaced(kept.state, Schedule("sync", "echo", {"x": 2}, every=10,
+                                          overlap=Overlap.BUFFER_ONE), at(21))  # fmt: skip
+    assert still.buffered == tick(20)  # the same rule keeps it

@@ -7,11 +7,13 @@ compare-and-set). Times are the controller's server clock."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from chongming_redis.errors import StoreError
 from chongming_redis.limits import BoundLimit
 from chongming_redis.runtime import scheduling
 from chongming_redis.runtime.app import App
@@ -20,6 +22,8 @@ from chongming_redis.runtime.events import WorkerEvents
 from chongming_redis.runtime.limit_defs import DefinitionsCache, Recorded
 from chongming_redis.runtime.loops import every, store_name
 from chongming_redis.stores.schedule_store import SchedulesStore
+
+log = logging.getLogger("chongming_redis.schedules")
 
 
 class ScheduleFirer:
@@ -59,7 +63,16 @@ class ScheduleFirer:
             scheduling.upsert(self.store, schedule, self.now, self.maker)
 
     def fire(self) -> None:
-        """One pass over the schedules (``every`` calls it)."""
+        """One pass over the schedules (``every`` calls it; a store error is its to log,
+        anything else is logged here: the loop must outlive one bad pass)."""
+        try:
+            self._fire()
+        except StoreError:
+            raise
+        except Exception:
+            log.exception("schedules: a firing pass failed")
+
+    def _fire(self) -> None:
         created = scheduling.fire_due(self.store, self.now, self.maker, owned=self._owned,
                                       report=self.events.schedule_ticks)  # fmt: skip
         if created:

@@ -99,14 +99,28 @@ def read(store: SchedulesStore, schedule_id: str) -> StoredSchedule | None:
 
 
 def read_all(store: SchedulesStore) -> list[StoredSchedule]:
-    """Every schedule, by id; a record that does not decode is logged and left out."""
+    """Every schedule, by id; a record that does not decode is left out (logged once per
+    version: a worker reads them twice a second)."""
     found = []
     for schedule_id, (version, text) in sorted(store.schedule_records().items()):
         try:
             found.append(StoredSchedule(version, from_json(text)))
         except ValueError as exc:
-            log.error("schedule %r cannot be read: %s", schedule_id, exc)
+            _log_once(f"schedule {schedule_id!r} (version {version}) cannot be read: {exc}")
     return found
+
+
+_LOGGED: dict[str, None] = {}
+
+
+def _log_once(message: str) -> None:
+    """``log.error`` once per message (the latest 1,000 remembered)."""
+    if message in _LOGGED:
+        return
+    _LOGGED[message] = None
+    while len(_LOGGED) > 1000:
+        del _LOGGED[next(iter(_LOGGED))]
+    log.error("%s", message)
 
 
 def upsert(
@@ -162,11 +176,11 @@ def trigger(
         current = _existing(store, schedule_id)
         firing = triggered(current.state, now())
         try:
-            if _write(store, current, firing, maker):
-                assert firing.task_id is not None
-                return firing.task_id
-        except ScheduleConflict:
+            _write(store, current, firing, maker)  # written: its task is there (made now,
+        except ScheduleConflict:  # or, in the same microsecond, by another trigger)
             continue
+        assert firing.task_id is not None
+        return firing.task_id
     raise StoreError(f"schedule {schedule_id!r}: gave up after {ATTEMPTS} conflicting writes")
 
 
@@ -189,8 +203,8 @@ def fire_due(
             created += _fire_one(store, current, now(), maker, report)
         except StoreUnavailable:
             raise  # the loop's outage handling: the store is down for every schedule
-        except (StoreError, ValueError, TypeError) as exc:  # this one only: the others go on
-            log.error("schedule %r: cannot fire: %s", current.schedule.id, exc)
+        except Exception as exc:  # this one only, said once: the others go on
+            _log_once(f"schedule {current.schedule.id!r}: cannot fire: {exc!r}")
     return created
 
 
@@ -209,7 +223,7 @@ def _fire_one(
         try:
             made = _write(store, current, firing, maker)
         except (ValueError, TypeError) as exc:  # its task cannot be made: skipped, said once
-            log.error("schedule %r: tick %s not fired: %s", current.schedule.id, firing.tick, exc)
+            _log_once(f"schedule {current.schedule.id!r}: tick {firing.tick} not fired: {exc}")
             firing = unfired(current.state, firing)
             made = _write(store, current, firing, maker)
     except ScheduleConflict:

@@ -1,6 +1,7 @@
 """The in-memory reference of the schedule duties (``SchedulesStore``): records of
 ``(version, state text)``, and ``write_schedule``'s compare-and-set with the tick's task
-created under the same lock, so the reference cannot apply one without the other."""
+created under the same lock, so the reference cannot apply one without the other. A deleted
+schedule keeps its version (state ``None``), so versions never go back."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class MemorySchedules:
     """Mixed into ``InMemoryTaskStore``; every method runs under the store's lock."""
 
     _tasks: dict[str, Row]
-    _schedules: dict[str, tuple[int, str]]
+    _schedules: dict[str, tuple[int, str | None]]
 
     if TYPE_CHECKING:
         _feed: MemoryFeed
@@ -45,11 +46,10 @@ class MemorySchedules:
         checked = check_write(schedule_id, state, expect_version, task)
         row = None if checked is None else snapshot_to_row(checked)
         with self._open():
-            current = self._schedules.get(schedule_id)
-            actual = 0 if current is None else current[0]
-            if actual != expect_version:
-                raise ScheduleConflict(schedule_id, expect_version,
-                                       None if current is None else actual)  # fmt: skip
+            actual, stored = self._schedules.get(schedule_id, (0, None))
+            live = stored is not None
+            if (expect_version == 0) == live or (live and actual != expect_version):
+                raise ScheduleConflict(schedule_id, expect_version, actual if live else None)
             created = row is not None and row["task_id"] not in self._tasks
             if created and row is not None:
                 if (taken := self._unique_error(row, None)) is not None:
@@ -62,13 +62,18 @@ class MemorySchedules:
     def schedule_record(self, schedule_id: str) -> tuple[int, str] | None:
         check_identifier(schedule_id, "schedule_id")
         with self._open():
-            return self._schedules.get(schedule_id)
+            version, state = self._schedules.get(schedule_id, (0, None))
+            return None if state is None else (version, state)
 
     def schedule_records(self) -> dict[str, tuple[int, str]]:
         with self._open():
-            return dict(self._schedules)
+            return {k: (v, s) for k, (v, s) in self._schedules.items() if s is not None}
 
     def delete_schedule(self, schedule_id: str) -> bool:
         check_identifier(schedule_id, "schedule_id")
         with self._open():
-            return self._schedules.pop(schedule_id, None) is not None
+            version, state = self._schedules.get(schedule_id, (0, None))
+            if state is None:
+                return False
+            self._schedules[schedule_id] = (version + 1, None)
+            return True

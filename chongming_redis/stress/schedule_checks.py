@@ -12,7 +12,9 @@ whatever the workers wrote after the read. Violations:
   twice by two writers, or a fire counted without its task);
 * ``tick_gaps``: fired + skipped + missed differs from the ticks from ``first_tick`` to
   ``next_tick`` (a tick decided twice, or never);
-* ``early_ticks``: a tick's task created before its tick (on the store's clock).
+* ``early_ticks``: a tick's task created before its tick. ``created_at`` is the deciding
+  worker's clock, which follows the server's (``ServerClock``, synced every 30 s, even under
+  the run's ±300 s skew), so this judges the decision, within that clock's error (a few ms).
 """
 
 from __future__ import annotations

@@ -58,9 +58,8 @@ log = logging.getLogger("chongming_redis.store")
 #: The ``WAIT`` timeout when none is given and the client has no socket timeout (seconds).
 DEFAULT_WAIT_TIMEOUT = 2.5
 
-#: Plain commands (``_redis.ops.Read``) that write (``record_task_types``, ``delete_schedule``):
-#: they are followed by ``WAIT`` too.
-WRITING_READS = frozenset({"sadd", "hdel"})
+#: Plain commands (``_redis.ops.Read``) that write: they are followed by ``WAIT`` too.
+WRITING_READS = frozenset({"sadd"})
 
 #: Replies that say the command did not run on the node that got it: the slot is elsewhere
 #: (``MOVED``), migrating (``ASK``, ``TRYAGAIN``) or the cluster is down. Never a success.

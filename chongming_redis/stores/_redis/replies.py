@@ -214,6 +214,7 @@ REPLIES: Mapping[str, Replies] = {
          "CONFLICT": Code("the stored version is another", _schedule_conflict),
          "UNIQUE": UNIQUE, **_SHARED},
     ),
+    "delete_schedule": Replies({"OK": Code("whether it existed"), **_SHARED}),
 }  # fmt: skip
 
 

@@ -92,5 +92,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "changes",
     "task_commands",
     "write_schedule",
+    "delete_schedule",
 )
 READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query", "changes", "task_commands"})

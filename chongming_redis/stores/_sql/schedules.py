@@ -15,6 +15,9 @@ every SQL store, mixed into ``SqlTaskStore``, and the SQL they run. The in-memor
 * **lock order**: the schedule row, then (with a task) the feed head (``FeedPositions``), then
   the task row; no writer takes a schedule row after the head, so none waits for another in
   a cycle.
+* **delete** keeps the row with its version moved on and ``state`` NULL, so versions never go
+  back: a writer that read the schedule before the delete is refused, also once the id is
+  made again (a create, version 0, takes a row that is absent or deleted).
 * **state**: kept as given; text that is not UTF-8 (a lone surrogate, which ``check_write``
   lets through) is kept as its ``surrogatepass`` bytes and read back as it was.
 """
@@ -55,52 +58,61 @@ class SqlSchedules:
         checked = check_write(schedule_id, state, expect_version, task)
         row = None if checked is None else snapshot_to_row(checked)
         with self._writing() as (tx, feed):
-            write(tx, schedule_id, state, expect_version)
+            version = write(tx, schedule_id, state, expect_version)
             if row is None:
-                return expect_version + 1, False
+                return version, False
             error = tasks.insert(tx, feed, row)
             if isinstance(error, TaskAlreadyExists):
-                return expect_version + 1, False
+                return version, False
             if error is not None:
                 raise error  # UniqueTaken: the schedule's write rolls back with it
             limits.sync(tx, [(row, True)])
-            return expect_version + 1, True
+            return version, True
 
     def schedule_record(self, schedule_id: str) -> tuple[int, str] | None:
         """``SchedulesStore``: ``(version, state)`` of ``schedule_id``, or ``None``."""
         check_identifier(schedule_id, "schedule_id")
         with self._reading() as tx:
-            found = tx.rows("SELECT version, state FROM schedules WHERE id = ?", [schedule_id])
+            found = tx.rows("SELECT version, state FROM schedules WHERE id = ?"
+                            " AND state IS NOT NULL", [schedule_id])  # fmt: skip
         return _record(schedule_id, *found[0]) if found else None
 
     def schedule_records(self) -> dict[str, tuple[int, str]]:
         """``SchedulesStore``: every schedule, id -> ``(version, state)``."""
         with self._reading() as tx:
-            found = tx.rows("SELECT id, version, state FROM schedules")
+            found = tx.rows("SELECT id, version, state FROM schedules WHERE state IS NOT NULL")
         return {(name := text(i)): _record(name, v, s) for i, v, s in found}
 
     def delete_schedule(self, schedule_id: str) -> bool:
-        """``SchedulesStore``: remove the record (its tasks stay); whether it existed."""
+        """``SchedulesStore``: remove the state, keep the version moved on (its tasks stay);
+        whether it existed."""
         check_identifier(schedule_id, "schedule_id")
         with self._writing() as (tx, _):
-            return tx.run("DELETE FROM schedules WHERE id = ?", [schedule_id]) > 0
+            return tx.run("UPDATE schedules SET version = version + 1, state = NULL"
+                          " WHERE id = ? AND state IS NOT NULL", [schedule_id]) > 0  # fmt: skip
 
 
-def write(tx: Tx, schedule_id: str, state: str, expect: int) -> None:
-    """The compare-and-set: ``schedule_id`` at ``expect + 1`` holding ``state`` if it was at
-    ``expect`` (0: absent), else ``ScheduleConflict`` (nothing written)."""
+def write(tx: Tx, schedule_id: str, state: str, expect: int) -> int:
+    """The compare-and-set: ``schedule_id`` one version on holding ``state`` if it was at
+    ``expect`` (0: absent or deleted), else ``ScheduleConflict`` (nothing written); the new
+    version."""
     stored = _stored(state)
-    if expect == 0:
-        sql = "INSERT INTO schedules (id, version, state) VALUES (?, 1, ?) ON CONFLICT DO NOTHING"
+    if expect == 0:  # a deleted row (state NULL) is taken over, its version moved on
+        sql = ("INSERT INTO schedules (id, version, state) VALUES (?, 1, ?) ON CONFLICT (id)"
+               " DO UPDATE SET version = schedules.version + 1, state = excluded.state"
+               " WHERE schedules.state IS NULL")  # fmt: skip
         params: list[object] = [schedule_id, stored]
     else:  # version + 1 in SQL: no parameter beyond the 64-bit range is ever bound
-        sql = "UPDATE schedules SET version = version + 1, state = ? WHERE id = ? AND version = ?"
+        sql = ("UPDATE schedules SET version = version + 1, state = ?"
+               " WHERE id = ? AND version = ? AND state IS NOT NULL")  # fmt: skip
         params = [stored, schedule_id, expect]
-    if tx.run(sql, params):
-        return
-    found = tx.rows("SELECT version FROM schedules WHERE id = ?", [schedule_id])
-    actual = integer(found[0][0], "schedules/" + schedule_id, "version") if found else None
-    raise ScheduleConflict(schedule_id, expect, actual)
+    changed = tx.run(sql, params)
+    found = tx.rows("SELECT version, state IS NOT NULL FROM schedules WHERE id = ?", [schedule_id])
+    version = integer(found[0][0], "schedules/" + schedule_id, "version") if found else None
+    if changed:
+        assert version is not None
+        return version
+    raise ScheduleConflict(schedule_id, expect, version if found and found[0][1] else None)
 
 
 def _stored(state: str) -> str | bytes:

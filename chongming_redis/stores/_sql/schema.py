@@ -279,11 +279,12 @@ def _v4(d: Dialect) -> list[str]:
 
 
 def _v5(d: Dialect) -> list[str]:
-    """Schedules: one row per schedule record, its version (1 when created, each write one
-    more) and its state text as the caller gave it (``_sql/schedules.py``)."""
+    """Schedules: one row per schedule record, its version (1 when created, each write and
+    each delete one more, never back) and its state text as the caller gave it (NULL: deleted;
+    the row stays for its version, ``_sql/schedules.py``)."""
     return [
         f"CREATE TABLE IF NOT EXISTS schedules (id {d.text} PRIMARY KEY,"
-        f" version {d.bigint} NOT NULL, state {d.text} NOT NULL)",
+        f" version {d.bigint} NOT NULL, state {d.text})",
     ]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from chongming_redis.errors import ScheduleConflict, StoreClosed, UniqueTaken
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus
+from chongming_redis.stores.protocol import ChangeFeed
 from chongming_redis.stores.schedule_store import MAX_STATE_BYTES, SchedulesStore
 from chongming_redis.testing.contract.support import PENDING, RUNNING, ContractBase, at, raises
 
@@ -80,6 +81,9 @@ class SchedulesContract(ContractBase):
         found = self.store.query(TaskQuery(statuses=frozenset({PENDING}), name="report"))
         assert [t.task_id for t in found] == ["nightly@2026-01-01T02:30:00Z"]
         assert store.schedule_record("nightly") == (2, "v2")
+        if isinstance(self.store, ChangeFeed):  # in the feed as a created task is
+            items = self.store.changes(after="0", limit=10).tasks
+            assert [item.task_id for item in items] == ["nightly@2026-01-01T02:30:00Z"]
 
     def test_a_firing_refused_by_the_version_creates_no_task(self) -> None:
         if (store := self._schedules()) is None:
@@ -157,7 +161,27 @@ class SchedulesContract(ContractBase):
         assert store.delete_schedule("nightly") is False
         assert store.schedule_record("nightly") is None and store.schedule_records() == {}
         assert self.store.get("nightly@2026-01-01T02:30:00Z") is not None
-        assert store.write_schedule("nightly", "again", expect_version=0) == (1, False)
+        for stale in (1, 2, 3):  # a writer that read it before the delete: refused
+            error = raises(ScheduleConflict, store.write_schedule, "nightly", "old",
+                           expect_version=stale)  # fmt: skip
+            assert error.actual is None
+        assert store.schedule_record("nightly") is None
+
+    def test_versions_never_go_back_across_a_delete(self) -> None:
+        if (store := self._schedules()) is None:
+            return
+        store.write_schedule("s", "v1", expect_version=0)
+        store.write_schedule("s", "v2", expect_version=1)
+        assert store.delete_schedule("s") is True
+        version, created = store.write_schedule("s", "again", expect_version=0)
+        assert version > 2 and created is False  # made again: a version it never had
+        assert store.schedule_record("s") == (version, "again")
+        for stale in (1, 2):  # a firing computed from before the delete cannot land on it
+            raises(ScheduleConflict, store.write_schedule, "s", "old", expect_version=stale,
+                   task=_tick_task("s@old"))  # fmt: skip
+        assert self.store.get("s@old") is None and store.schedule_record("s") == (version, "again")
+        raises(ScheduleConflict, store.write_schedule, "s", "twice", expect_version=0)
+        assert store.write_schedule("s", "next", expect_version=version) == (version + 1, False)
 
     def test_bad_input_is_refused_and_writes_nothing(self) -> None:
         if (store := self._schedules()) is None:

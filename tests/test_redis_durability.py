@@ -119,6 +119,10 @@ def test_every_write_waits_once_for_the_replica_and_reads_never_wait(
             worker="w", now=now, lease_seconds=5, num_buckets=4, wanted=[0]
         ),
         "record_task_types": lambda: store.record_task_types(["job"]),
+        "write_schedule": lambda: store.write_schedule(
+            "s", "v1", expect_version=0, task=task("s@tick")
+        ),
+        "delete_schedule": lambda: store.delete_schedule("s"),
         "finish": lambda: store.save(
             task("a", 9).evolve(status=TaskStatus.SUCCEEDED), expect_version=3
         ),  # version 3: started by start_tasks

@@ -148,6 +148,10 @@ class Sentinels:
 
     def _start_one(self, primary_port: int) -> None:
         port = free_port()
+        # Nothing listens on a port given out until its sentinel starts: the next free_port
+        # may hand out the same one again (CI met it: two sentinels, one port).
+        while (self.dir / str(port)).exists():
+            port = free_port()
         home = self.dir / str(port)
         home.mkdir()
         conf = home / "sentinel.conf"

@@ -159,7 +159,10 @@ def test_a_flooded_key_holds_back_nothing_and_is_not_walked_again(
     assert start(store, 101, limit=1) == ["late"]
     finish(store, "a000")
     assert start(store, 102, limit=5) == ["a002"], "one slot: the head of the line"
-    assert database.raw("SELECT blocked FROM limit_lines") == [(1,)], "full again at once"
+    # The rest stay parked, out of the start order: the next start walks none of them.
+    assert database.raw("SELECT COUNT(*) FROM tasks WHERE parked IS NOT NULL") == [(297,)]
+    assert start(store, 103, limit=5) == []
+    assert database.raw("SELECT blocked FROM limit_lines") == [(1,)], "full again"
     assert store.limit_usage(limit=1) == [LimitUsage(A, 2, 297)]
 
 
@@ -336,6 +339,9 @@ def test_the_limit_statements_run_on_indexes_on_sqlite(
     assert scans == {}
     used = " ".join(" ".join(plan) for plan in plans.values())
     assert "limit_waiters_by_task" in used
+    # The start walks the partial index that leaves the parked tasks out, and the unpark finds
+    # a ref's oldest parked tasks through their own.
+    assert "tasks_start_free" in used and "tasks_parked" in used
 
 
 def _plan(store: Any, sql: str, params: list[object]) -> list[str]:
@@ -405,3 +411,25 @@ def _held(usage: list[LimitUsage]) -> dict[str, int]:
 
 def _waiting(usage: list[LimitUsage]) -> int:
     return sum(u.waiting for u in usage)
+
+
+def test_a_parked_task_written_again_is_judged_afresh_and_never_stranded(
+    store: Any, database: Database
+) -> None:
+    for i in range(5):
+        store.create(task(f"a{i}", i, A))
+    assert start(store, 100, limit=5) == ["a0", "a1"]
+    parked = database.raw("SELECT task_id FROM tasks WHERE parked IS NOT NULL ORDER BY task_id")
+    assert parked == [(_bound(database, t),) for t in ("a2", "a3", "a4")]
+    finish(store, "a4", STOPPED)  # a write of the row: unparked, out of the start order
+    finish(store, "a4", PENDING)  # retried by hand: judged afresh by the next start
+    assert database.raw("SELECT parked FROM tasks WHERE task_id = ?", ["a4"]) == [(None,)]
+    assert start(store, 101, limit=5) == []  # the ref is full: a4 is parked again
+    assert database.raw("SELECT parked FROM tasks WHERE task_id = ?", ["a4"]) == [
+        (_bound(database, A),)
+    ]
+    order = []
+    for _ in range(3):
+        finish(store, order[-1] if order else "a0")
+        order += start(store, 102, limit=5)
+    assert order == ["a2", "a3", "a4"], "oldest parked first, none left behind"

@@ -1,6 +1,7 @@
 """The limits (``LimitsStore`` in ``stores/extensions.py``) in SQL, for every SQL store: the
-recorded definitions, the holders and waiters kept with the task rows, and the admission of
-``start_tasks`` (``Gate``). The in-memory reference (``stores/_memory_limits.py``) is the
+recorded definitions, the holders and waiters kept with the task rows, and the usage; the
+admission of ``start_tasks`` is ``_sql/limit_gate.py`` (``Gate``, and the parked tasks). The
+in-memory reference (``stores/_memory_limits.py``) is the
 behaviour; the tables are ``schema._v4``'s.
 
 * **holders**: ``limit_holders`` has one row per ref of each task ``RUNNING``/``PAUSED``,
@@ -14,8 +15,9 @@ behaviour; the tables are ``schema._v4``'s.
   slots and tokens, so a ref full when the call begins refuses all its tasks to the end of the
   call, as the reference's walk would; the tasks of a line with room are walked in start order
   with every other task (first come, first served), and a ref that fills during the walk is
-  blocked at once, so the next page leaves its backlog out: a flooded ref costs a start a page
-  at most, never its backlog. A waiter stays one (for ``limit_usage``) until it starts or
+  blocked at once, so the next page leaves its backlog out; a concurrency ref's refused tasks
+  are moreover parked, out of the start index (``_sql/limit_gate.py``): a flooded ref costs a
+  start nothing of its backlog. A waiter stays one (for ``limit_usage``) until it starts or
   leaves ``PENDING``.
 * **serialization**: every write of a task row takes the feed head row first
   (``FeedPositions.lock``; PostgreSQL ``FOR UPDATE``, SQLite's write lock), and every statement
@@ -31,37 +33,26 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from chongming_redis.errors import CorruptRecord
 from chongming_redis.limits import (
-    Concurrency,
     Limit,
     LimitConflict,
     LimitUsage,
     RateLimit,
     from_json,
     ref_limit_id,
-    refill,
 )
 from chongming_redis.model import TaskStatus
 from chongming_redis.stores import _checks as check
-from chongming_redis.stores._sql.rows import integer, text
+from chongming_redis.stores._sql.rows import text
 from chongming_redis.stores._sql.schema import MAX_IN_LIST, Tx
-from chongming_redis.stores.codec import Row, encode_dt
+from chongming_redis.stores.codec import Row
 
 _PENDING = TaskStatus.PENDING.value
 _HOLDING = frozenset({TaskStatus.RUNNING.value, TaskStatus.PAUSED.value})
-#: Rows a limited start walk reads per query once it refused one (a refused row waits in a
-#: blocked line, left out of the next page, so a walk through a newly flooded ref takes few).
-PAGE = 64
-#: The start walk's condition: not waiting in a blocked line.
-NOT_BLOCKED = (
-    "NOT EXISTS (SELECT 1 FROM limit_waiters AS w JOIN limit_lines AS l ON l.ref = w.ref"
-    " WHERE w.task_id = tasks.task_id AND l.blocked = 1)"
-)
 _UNLIMITED = 1 << 30  # the room of a ref no recorded limit names
 
 
@@ -226,156 +217,6 @@ def forget(tx: Tx, condition: str, params: Sequence[object]) -> None:
     waits gone."""
     for table in ("limit_holders", "limit_waiters"):
         tx.run(f"DELETE FROM {table} WHERE {condition}", params)
-
-
-# -- the admission of one start call -----------------------------------------------------------
-
-
-class Gate:
-    """The limits as one start call judges them, in start order (``admit``); ``None`` from
-    ``open_gate`` when no limit is recorded (every ref then limits nothing)."""
-
-    def __init__(self, tx: Tx, limits: dict[str, Limit], caller_us: int) -> None:
-        self._tx, self._limits, self._caller_us = tx, limits, caller_us
-        self._now_us: int | None = None  # read once, when a rate ref is first met
-        self._held: dict[str, int] = {}
-        self._buckets: dict[str, tuple[float, int]] = {}
-        self._spent: set[str] = set()
-        self._refused: set[str] = set()
-        self._blocked: set[str] = set()  # the lines blocked now (limit_lines)
-
-    def judge_lines(self) -> None:
-        """Judge every line (a ref with waiters) once, in one statement: blocked while it has
-        no room. Exact for the whole call: a start only takes slots and tokens, so a line full
-        now stays full until the call ends, and the walk may leave its waiters out."""
-        for ref_raw, blocked, held, waiting, tokens, at in self._tx.rows(_LINES):
-            ref = text(ref_raw)
-            if not waiting:
-                self._tx.run("DELETE FROM limit_lines WHERE ref = ?", [ref])
-                continue
-            self._held[ref] = int(held)
-            limit = self._limits.get(ref_limit_id(ref))
-            if isinstance(limit, RateLimit):
-                found = None if tokens is None else (float(tokens), integer(at, ref, "at_us"))
-                self._buckets[ref] = self._tokens(found, limit)
-            full = self._room(ref) < 1
-            if full:
-                self._blocked.add(ref)
-            if full != bool(blocked):
-                self._tx.run("UPDATE limit_lines SET blocked = ? WHERE ref = ?", [int(full), ref])
-
-    @property
-    def refused_any(self) -> bool:
-        """Whether this call refused a candidate (its walk then reads pages of ``PAGE``)."""
-        return bool(self._refused)
-
-    def admit(self, row: Row) -> bool:
-        """Whether ``row`` (the next candidate in start order) may start now; if so its
-        slots and tokens are counted as taken, else it waits under each ref that refused it,
-        and those refs' lines are blocked: they refuse every later candidate of this call,
-        and the next page of the walk leaves their waiters out."""
-        refs = refs_of(row)
-        blocking = [ref for ref in refs if ref in self._refused or self._room(ref) < 1]
-        if blocking:
-            self._refused.update(blocking)
-            self._wait(text(row["task_id"]), blocking)
-            return False
-        for ref in refs:
-            limit = self._limits.get(ref_limit_id(ref))
-            if isinstance(limit, Concurrency):
-                self._held[ref] += 1
-            elif isinstance(limit, RateLimit):
-                tokens, at = self._buckets[ref]
-                self._buckets[ref] = (tokens - 1.0, at)
-                self._spent.add(ref)
-        return True
-
-    def close(self) -> None:
-        """Write the buckets this call spent from."""
-        for ref in sorted(self._spent):
-            tokens, at = self._buckets[ref]
-            self._tx.run(
-                "INSERT INTO limit_buckets (ref, tokens, at_us) VALUES (?, ?, ?)"
-                " ON CONFLICT (ref) DO UPDATE SET tokens = excluded.tokens,"
-                " at_us = excluded.at_us",
-                [ref, tokens, at],
-            )
-
-    def _room(self, ref: str) -> int:
-        limit = self._limits.get(ref_limit_id(ref))
-        if isinstance(limit, Concurrency):
-            if ref not in self._held:
-                ((count,),) = self._tx.rows(
-                    "SELECT COUNT(*) FROM limit_holders WHERE ref = ?", [ref]
-                )
-                self._held[ref] = int(count)
-            return limit.max - self._held[ref]
-        if isinstance(limit, RateLimit):
-            if ref not in self._buckets:
-                found = self._tx.rows(
-                    "SELECT tokens, at_us FROM limit_buckets WHERE ref = ?", [ref]
-                )
-                stored = None
-                if found:
-                    stored = (float(found[0][0]), integer(found[0][1], ref, "at_us"))
-                self._buckets[ref] = self._tokens(stored, limit)
-            return int(self._buckets[ref][0])
-        return _UNLIMITED
-
-    def _tokens(self, stored: tuple[float, int] | None, limit: RateLimit) -> tuple[float, int]:
-        """The bucket's tokens now and the moment they are counted to: a clock behind the
-        last start refills nothing and never moves that moment back."""
-        now = self._clock()
-        if stored is None:
-            return float(limit.burst or 1), now
-        tokens, at = stored
-        if now <= at:
-            return tokens, at
-        return refill(tokens, at, now, limit), now
-
-    def _clock(self) -> int:
-        if self._now_us is None:
-            sql = self._tx.dialect.clock_us
-            if sql:
-                ((server,),) = self._tx.rows(sql)
-                own = int(server)
-            else:
-                own = encode_dt(datetime.now(timezone.utc))
-            self._now_us = min(self._caller_us, own)
-        return self._now_us
-
-    def _wait(self, task_id: str, refs: Sequence[str]) -> None:
-        for ref in refs:
-            self._tx.run(
-                "INSERT INTO limit_waiters (ref, task_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
-                [ref, task_id],
-            )
-            if ref not in self._blocked:
-                self._blocked.add(ref)
-                self._tx.run(
-                    "INSERT INTO limit_lines (ref, blocked) VALUES (?, 1)"
-                    " ON CONFLICT (ref) DO UPDATE SET blocked = 1",
-                    [ref],
-                )
-
-
-#: Each line with what judging it needs: its holders, whether it still has waiters, its
-#: bucket (one statement per start call, each count a range of a primary key).
-_LINES = (
-    "SELECT l.ref, l.blocked, (SELECT COUNT(*) FROM limit_holders AS h WHERE h.ref = l.ref),"
-    " (SELECT COUNT(*) FROM limit_waiters AS w WHERE w.ref = l.ref), b.tokens, b.at_us"
-    " FROM limit_lines AS l LEFT JOIN limit_buckets AS b ON b.ref = l.ref"
-)
-
-
-def open_gate(tx: Tx, caller_us: int) -> Gate | None:
-    """The gate of one start call, its lines judged; ``None`` when no limit is recorded."""
-    limits = _limits(tx)
-    if not limits:
-        return None
-    gate = Gate(tx, limits, caller_us)
-    gate.judge_lines()
-    return gate
 
 
 # -- usage -------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from chongming_redis.errors import UnsupportedSchema
 from chongming_redis.model import TaskStatus
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: The final statuses (``TaskStatus.is_terminal``): a task in one holds no unique id and may
 #: expire.
@@ -288,8 +288,26 @@ def _v5(d: Dialect) -> list[str]:
     ]
 
 
+def _v6(d: Dialect) -> list[str]:
+    """Parked tasks (``_sql/limits.py``): ``parked``, the concurrency ref a start found full
+    for a ``PENDING`` task (NULL: not parked), set by the start that refused it and cleared by
+    any write of the row or, oldest first, by a start that finds the ref has room again. The
+    start order index leaves the parked tasks out (partial), so a flooded ref's backlog costs a
+    start nothing; ``tasks_parked`` finds a ref's oldest parked tasks."""
+    return [
+        f"ALTER TABLE tasks ADD COLUMN parked {d.text}",
+        "DROP INDEX IF EXISTS tasks_start",
+        f"CREATE INDEX IF NOT EXISTS tasks_start_free ON tasks (status, priority DESC,"
+        f" {ready_ms(d)}, task_id) WHERE parked IS NULL",
+        f"CREATE INDEX IF NOT EXISTS tasks_parked ON tasks (parked, priority DESC, {ready_ms(d)},"
+        " task_id) WHERE parked IS NOT NULL",
+    ]
+
+
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
+MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6,
+}  # fmt: skip
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
 

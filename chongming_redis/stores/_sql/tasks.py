@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
-from chongming_redis.stores._sql import limits
+from chongming_redis.stores._sql import limit_gate, limits
 from chongming_redis.stores._sql import unique as uniques
 from chongming_redis.stores._sql.feed import FeedPositions
 from chongming_redis.stores._sql.rows import (
@@ -65,8 +65,9 @@ _INSERT_TASK = (
     f" VALUES ({', '.join('?' * (len(SNAPSHOT_COLUMNS) + 2))}) ON CONFLICT DO NOTHING"
 )
 _SAVE_ASSIGNMENTS = ", ".join(f"{c} = ?" for c in quoted(SAVE_COLUMNS).split(", "))
+# A write of the row unparks it (``parked``: only a start sets it; _sql/limit_gate.py).
 _SAVE_TASK = (
-    f"UPDATE tasks SET {_SAVE_ASSIGNMENTS}, expires_at = ?, feed_position = ?"
+    f"UPDATE tasks SET {_SAVE_ASSIGNMENTS}, expires_at = ?, feed_position = ?, parked = NULL"
     " WHERE task_id = ? AND status_version = ?"
 )
 
@@ -208,15 +209,17 @@ def start(
     feed.lock()  # the head before any task row (FeedPositions.lock)
     d, moment, until = tx.dialect, encode_dt(now), encode_dt(lease_until)
     in_buckets, params = d.member_of("bucket", list(buckets))
-    conditions = ["status = ?", in_buckets, "(not_before IS NULL OR not_before <= ?)"]
+    # parked IS NULL: the partial start index (tasks_start_free) leaves the parked tasks out.
+    conditions = ["status = ?", "parked IS NULL", in_buckets,
+                  "(not_before IS NULL OR not_before <= ?)"]  # fmt: skip
     params = [TaskStatus.PENDING.value, *params, moment]
     if names:
         in_names, name_params = d.member_of("name", list(names))
         conditions.append(in_names)
         params.extend(name_params)
-    gate = limits.open_gate(tx, moment)
+    gate = limit_gate.open_gate(tx, moment)
     if gate is not None:
-        conditions.append(limits.NOT_BLOCKED)
+        conditions.append(limit_gate.NOT_BLOCKED)
     sql = (
         f"SELECT {TASK_SELECT} FROM tasks WHERE {' AND '.join(conditions)}"
         f" ORDER BY priority DESC, {ready_ms(d)}, task_id LIMIT ?{d.skip_locked}"
@@ -226,8 +229,9 @@ def start(
     while len(started) < limit:
         page = limit - len(started)
         if gate is not None and gate.refused_any:  # a flooded ref's backlog: read on faster
-            page = max(page, limits.PAGE)
+            page = max(page, limit_gate.PAGE)
         rows = tx.rows(sql, [*params, page])
+        reread = False
         for values in rows:
             row = task_row(values)
             if len(started) == limit:
@@ -235,7 +239,10 @@ def start(
             if gate is None or gate.admit(row):
                 started.append(_start_one(tx, feed, row, owner, now, until))
                 taken.append(row)
-        if gate is None or len(rows) < page:
+            elif gate.reread:  # an older task was unparked in its place: read again
+                gate.reread, reread = False, True
+                break
+        if gate is None or (len(rows) < page and not reread):
             break
     limits.took(tx, taken)
     if gate is not None:

@@ -7,8 +7,8 @@ and SQLite).
 Each drain is ``bench.limits``'s (N no-op tasks submitted before a ``Controller`` with the
 CLI's defaults starts; timed until every task has succeeded; every history checked), in a
 namespace with no schedule and in one with ``SCHEDULES`` stored (``every`` a day: none due, so
-each worker's firing loop reads them every 0.5 s and fires nothing). Rounds alternate, so
-both see the machine at the same moments; the ratio of the medians is what a schedule costs
+each worker's firing loop reads them every 0.5 s and fires nothing). Each round runs both, the
+one or the other first in turn, so both see the machine at the same moments; the ratio of the medians is what a schedule costs
 (target: within noise, >= 0.97). No assertions: it reports, docs/performance.md records.
 """
 
@@ -48,7 +48,8 @@ def with_schedules(open_run: Callable[[str], Any]) -> Callable[[str], Any]:
 def compare(open_run: Callable[[str], Any], store: str, n: int, rounds: int) -> list[Any]:
     times: dict[str, list[float]] = {"none": [], "stored": []}
     for r in range(rounds):
-        for kind, opener in (("none", open_run), ("stored", with_schedules(open_run))):
+        kinds = [("none", open_run), ("stored", with_schedules(open_run))]
+        for kind, opener in kinds if r % 2 == 0 else kinds[::-1]:  # each goes first in turn
             whole = drain(opener, f"sc-{store}-{kind}-{r}", "plain", [None] * n)
             times[kind].append(n / whole)
     none, stored = (statistics.median(times[k]) for k in ("none", "stored"))

@@ -8,8 +8,9 @@ Each drain is ``bench.limits``'s (N no-op tasks submitted before a ``Controller`
 CLI's defaults starts; timed until every task has succeeded; every history checked), in a
 namespace with no schedule and in one with ``SCHEDULES`` stored (``every`` a day: none due, so
 each worker's firing loop reads them every 0.5 s and fires nothing). Each round runs both, the
-one or the other first in turn, so both see the machine at the same moments; the ratio of the medians is what a schedule costs
-(target: within noise, >= 0.97). No assertions: it reports, docs/performance.md records.
+one or the other first in turn, so both see the machine at the same moments; the ratio of the
+medians is what a schedule costs (target: within noise, >= 0.97). No assertions: it reports,
+docs/performance.md records.
 """
 
 from __future__ import annotations

@@ -230,6 +230,15 @@ class ClaimWindowIncludesFinished(_ClaimWindow):
         return row["finished_at"] is None and leased
 
 
+class ClaimWindowIncludesUnclaimedFinished(_ClaimWindow):
+    """claim's window leaves out a finished command only if it was ever claimed: one completed
+    without a claim (lease_until never set) keeps its place in the queue."""
+
+    def _window_skips(self, row: dict[str, Any], moment: int) -> bool:
+        leased = row["lease_until"] is not None and row["lease_until"] > moment
+        return leased or (row["finished_at"] is not None and row["lease_until"] is not None)
+
+
 class ClaimWindowIncludesLeased(_ClaimWindow):
     """claim's window of the oldest ``limit`` commands includes validly leased ones."""
 
@@ -682,6 +691,7 @@ CAUGHT_BY: dict[str, str] = {
     "CountsPruneDecrementsOncePerStatus": "test_counts_after_pruning_several_tasks_of_one_status_at_once",
     "ClaimWindowIncludesFinished": "test_finished_commands_never_occupy_the_claim_window",
     "ClaimWindowIncludesLeased": "test_validly_leased_commands_never_occupy_the_claim_window",
+    "ClaimWindowIncludesUnclaimedFinished": "test_commands_completed_without_a_claim_never_occupy_the_claim_window",
     "ReclaimLeasedFromOldExpiry": "test_a_reclaim_of_an_expired_command_is_leased_from_now",
     "ReleaseResetsAge": "test_release_puts_a_command_back_at_its_original_age",
     "ReleaseReleasesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",

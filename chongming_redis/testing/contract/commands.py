@@ -193,6 +193,21 @@ class CommandRules(ContractBase):
         self.store.submit_command(command("newer", created=6))
         assert self.claimed(10, limit=1) == ["newer"]
 
+    def test_commands_completed_without_a_claim_never_occupy_the_claim_window(self) -> None:
+        """A command its holder completed without ever claiming it (a stop answered because
+        the task ended first) leaves the queue in that completion: later commands are claimed
+        at once, whatever the number of such commands before them."""
+        for i in range(300):
+            self.store.submit_command(command(f"done{i:03}", created=i / 1000))
+        for i in range(300):
+            self.store.complete_command(f"done{i:03}", now=at(1), outcome="ok")
+        self.store.submit_command(command("new", created=5))
+        assert self.claimed(10, limit=1) == ["new"]
+        self.store.submit_command(command("newer", created=6))
+        self.store.submit_command(command("newest", created=7))
+        assert self.claimed(10, limit=2) == ["newer", "newest"]
+        assert self.claimed(100, limit=MAX_CLAIM_LIMIT) == ["new", "newer", "newest"]
+
     def test_validly_leased_commands_never_occupy_the_claim_window(self) -> None:
         for i in range(150):
             self.store.submit_command(command(f"held{i:03}", created=i / 1000))

@@ -11,3 +11,7 @@ AUDIT_ENV = "CHONGMING_AUDIT"
 #: (``chongming-redis ... --cluster``; the stress harness sets it for its workers and the
 #: stress app reads it).
 CLUSTER_ENV = "CHONGMING_REDIS_CLUSTER"
+
+#: The Redis URL the command line's ``--redis`` defaults to, and the Redis the pytest plugin's
+#: ``chongming_redis_url`` uses instead of starting one.
+REDIS_ENV = "CHONGMING_REDIS_URL"

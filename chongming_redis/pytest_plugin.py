@@ -5,7 +5,9 @@ Fixtures:
 
 * ``chongming_redis_url`` (session): a throwaway Redis started for the test session
   (``redis-server`` from ``PATH``, else the one the ``[embedded]`` extra bundles), on a free
-  loopback port, with the settings the store requires; stopped at the end.
+  loopback port, with the settings the store requires; stopped at the end. With
+  ``CHONGMING_REDIS_URL`` set, that Redis instead (each test still gets a namespace of its
+  own, deleted afterwards).
 * ``chongming`` (per test): a fresh namespace on that Redis, and two helpers::
 
       def test_resize(chongming):
@@ -22,12 +24,15 @@ Fixtures:
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from chongming_redis.env import REDIS_ENV
 
 if TYPE_CHECKING:
     from chongming_redis.client.client import Client
@@ -38,10 +43,26 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def chongming_redis_url() -> Iterator[str]:
-    """The URL of a Redis started for this test session."""
-    from chongming_redis.embedded.redis_server import EmbeddedRedis
+    """The URL of a Redis started for this test session (or the one ``CHONGMING_REDIS_URL``
+    names)."""
+    from chongming_redis.embedded.redis_server import (
+        NO_SERVER,
+        NO_SERVER_BASE,
+        EmbeddedRedis,
+        EmbeddedRedisError,
+    )
 
-    server = EmbeddedRedis().start()
+    given = os.environ.get(REDIS_ENV)
+    if given:
+        yield given
+        return
+    try:
+        server = EmbeddedRedis().start()
+    except EmbeddedRedisError as exc:  # the way out a test run has, not the CLI's --redis
+        why = str(exc)
+        if why == NO_SERVER:
+            why = f"{NO_SERVER_BASE}, or set {REDIS_ENV} to the URL of a Redis to use"
+        pytest.fail(why, pytrace=False)
     try:
         yield server.url
     finally:

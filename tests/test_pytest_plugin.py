@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.redis_server import RedisProc
+
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -13,6 +15,7 @@ USER_TESTS = """
 import threading, time
 from pydantic import BaseModel
 import pytest
+
 from chongming_redis import App, TaskContext, TaskFailed, TaskStatus
 
 app = App("users-app")
@@ -81,3 +84,19 @@ def test_nothing_left(chongming):
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2)
+
+
+def test_a_redis_named_by_the_environment_is_used_instead_of_starting_one(
+    pytester: pytest.Pytester, redis_proc: RedisProc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHONGMING_REDIS_URL", redis_proc.url)
+    pytester.makepyfile(
+        test_given=f"""
+def test_the_given_redis(chongming_redis_url, chongming):
+    assert chongming_redis_url == {redis_proc.url!r}
+    chongming.client().submit("anything", {{"x": 1}})
+    assert chongming.client().list()
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1)

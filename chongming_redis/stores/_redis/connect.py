@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -57,7 +58,9 @@ def client_from_url(
 ) -> T:
     """``make(url, ...)`` (a redis-py ``from_url``: one server, Sentinel, Cluster, sync or
     asyncio) with the store's client settings: the timeouts, ``retries`` with a capped
-    exponential backoff, binary replies. A URL redis-py refuses is ``ValueError`` naming it."""
+    exponential backoff, binary replies. A URL redis-py refuses is ``ValueError`` naming it, and
+    so is a database that is not a number (redis-py reads ``redis://host/abc`` as database 0)."""
+    _check_database(url)
     try:
         return make(
             url,
@@ -69,3 +72,13 @@ def client_from_url(
         )
     except ValueError as exc:
         raise ValueError(f"bad Redis URL {url!r}: {exc}") from None
+
+
+def _check_database(url: str) -> None:
+    """``redis://host/N`` and ``rediss://host/N``: ``N`` a database number, or nothing."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        return
+    path = parts.path.strip("/")
+    if path and not path.isdigit():
+        raise ValueError(f"bad Redis URL {url!r}: the database must be a number, not {path!r}")

@@ -924,7 +924,7 @@ def test_shutdown_hands_back_a_task_that_outlives_the_grace_period(
         deadline = time.monotonic() + WAIT
         try:
             while time.monotonic() < deadline:
-                ctx.checkpoint()
+                ctx.checkpoint(current=3, total=10)
                 time.sleep(0.01)
         except TaskLost:
             ended.append("lost")
@@ -936,11 +936,13 @@ def test_shutdown_hands_back_a_task_that_outlives_the_grace_period(
     # Its function runs (on a loaded machine the thread may begin after a 0.2 s grace: then
     # it is handed back before it began and never runs, which is right but not this test).
     assert began.wait(WAIT)
+    wait_until(lambda: store.get(task_id).progress is not None, what="its progress stored")
     worker.shutdown(grace=0.2, hand_back=hand_back)
 
     after = store.get(task_id)
     if hand_back == "requeue":
         assert (after.status, after.attempt, after.status_version) == (P, 2, 3)
+        assert after.progress is None  # the next attempt starts from nothing, not from 30 %
     else:
         assert (after.status, after.attempt, after.status_version) == (STOPPED, 1, 3)
     assert moves(wait_history(store, task_id, 3)) == chain(P, R, after.status)

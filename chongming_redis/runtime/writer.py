@@ -210,9 +210,9 @@ class TaskWriter:
             elif held.snapshot.status is TaskStatus.PAUSED:
                 self._move(held, TaskStatus.PAUSED, f"handed back paused {why}", None,
                            {"attempt": held.snapshot.attempt + 1})  # fmt: skip
-            else:
+            else:  # the next attempt starts from nothing: not the old attempt's progress
                 self._move(held, TaskStatus.PENDING, f"handed back {why}", None,
-                           {"attempt": held.snapshot.attempt + 1})  # fmt: skip
+                           {"attempt": held.snapshot.attempt + 1, "progress": None})  # fmt: skip
         held.done = True
         held.ctx.lose(f"handed back {why}")  # the task thread stops at its next checkpoint
         if self.flush(held) and held.snapshot.status is TaskStatus.PAUSED:

@@ -97,6 +97,26 @@ def test_a_submitted_delay_is_not_held_against_a_start_before_a_later_retry() ->
     assert start_checks.check_not_before({"h": history}, {"h": final}) == []
 
 
+def test_a_submitted_delay_is_not_held_against_a_start_before_a_paused_retry() -> None:
+    """Started once, paused, its holder lost past its lease: retried *paused* (no PENDING
+    entry), with the retry's not_before, then stopped. CI met it as 'v2 started 3.669s early'."""
+    pa, lost, stopped = TaskStatus.PAUSED, TaskStatus.LOST, TaskStatus.STOPPED
+    history = [_at("p", 1, None, P, 0, "submitted by d"),
+               _at("p", 2, P, R, 1, "started by w1 (attempt 1)"),
+               _at("p", 3, R, pa, 2, "paused"),
+               _at("p", 4, pa, lost, 6, "lease of w1 expired"),
+               _at("p", 5, lost, pa, 6, "retry 2/3 after lease of w1 expired, in 2.000s"),
+               _at("p", 6, pa, stopped, 7, "stopped")]  # fmt: skip
+    final = replace(_snap("p", 6, stopped), not_before=T0 + timedelta(seconds=8))
+    assert start_checks.check_not_before({"p": history}, {"p": final}) == []
+    # ... while a submitted delay the one start came early for is still caught.
+    early = [history[0], history[1], _at("p", 3, R, S, 2, "succeeded")]
+    final = replace(_snap("p", 3, S), not_before=T0 + timedelta(seconds=3))
+    assert [v.kind for v in start_checks.check_not_before({"p": early}, {"p": final})] == [
+        "early_starts"
+    ]
+
+
 def test_quiet_windows_cover_the_harness_faults_and_those_done_beside_it() -> None:
     from chongming_redis.stress.plumbing import quiet_between
 

@@ -56,13 +56,18 @@ def check_not_before(
 def submitted_delay_applies(history: Sequence[Transition], final: TaskSnapshot | None) -> bool:
     """Whether the final snapshot's ``not_before`` is the submit's and governed the task's one
     start: started once and never sent back to ``PENDING`` after (a retry, a hand-back, a
-    resume would have set or kept another one)."""
+    resume would have set or kept another one), nor retried into ``PAUSED`` (a paused task
+    found ``LOST`` is retried paused, with a ``not_before`` of its own: CI met such a task,
+    then stopped, judged against its retry's time)."""
     if final is None or final.not_before is None:
         return False
     starts = [i for i, e in enumerate(history) if _is_start(e)]
     if len(starts) != 1:
         return False
-    return not any(e.to_status is TaskStatus.PENDING for e in history[starts[0] + 1 :])
+    after = history[starts[0] + 1 :]
+    return not any(
+        e.to_status is TaskStatus.PENDING or RETRY_DELAY.match(e.reason or "") for e in after
+    )
 
 
 def _held_spans(

@@ -145,7 +145,8 @@ def test_two_workers_sharing_a_namespace_fire_each_tick_once(
     controllers = []
     for n in range(2):
         app = make_app()
-        app.schedule(Schedule("every-second", "echo", {"n": 1}, every=1))
+        # ALLOW: a tick is never skipped because the last one's task is still running
+        app.schedule(Schedule("every-second", "echo", {"n": 1}, every=1, overlap=Overlap.ALLOW))
         store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
         controller = Controller(store, app=app, owner=f"w{n}", schedule_poll_interval=0.1)
         controller.join_pool(worker_lease=3.0)
@@ -163,10 +164,14 @@ def test_two_workers_sharing_a_namespace_fire_each_tick_once(
     assert len(ticks) == len(set(ticks))  # ids are unique anyway: the counts must agree too
     stored = client.schedules.get("every-second")
     assert stored is not None
-    assert stored.state.counts["fired"] == len(tasks)
-    assert stored.state.counts["skipped"] + stored.state.counts["missed"] == 0
+    counts = stored.state.counts
+    assert counts["fired"] == len(tasks) and counts["skipped"] == 0, counts
+    # Each tick since the first decided once: fired, or (a firing thread starved for over a
+    # second on a loaded machine) missed, never both, never forgotten.
+    elapsed = (stored.state.next_tick - stored.state.first_tick).total_seconds()
+    assert counts["fired"] + counts["missed"] == int(elapsed), counts
     seconds = [datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ") for t in ticks]
-    assert all((b - a).total_seconds() == 1 for a, b in pairwise(seconds))  # no gap
+    assert all((b - a).total_seconds() >= 1 for a, b in pairwise(seconds))
     for task in tasks:  # never before its time: created at or after its tick
         tick = datetime.strptime(task.task_id.split("@")[1], "%Y-%m-%dT%H:%M:%SZ")
         assert task.created_at >= tick.replace(tzinfo=timezone.utc)

@@ -1,5 +1,7 @@
 """The app of the schedule process tests' workers: ``tests.support.schedule_app:app``, with
-one schedule registered (``beat``, every second) whose task does nothing but return its id."""
+one schedule registered (``beat``, every second, ``Overlap.ALLOW``: a tick is never skipped
+because the previous tick's task is still running on a loaded machine) whose task does
+nothing but return its id."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
-from chongming_redis.schedules import Schedule
+from chongming_redis.schedules import Overlap, Schedule
 
 app = App("schedule-test")
 
@@ -17,4 +19,4 @@ def beat(ctx: TaskContext, params: Any) -> str:
     return ctx.task_id
 
 
-app.schedule(Schedule("beat", "beat", {"from": "schedule_app"}, every=1))
+app.schedule(Schedule("beat", "beat", {"from": "schedule_app"}, every=1, overlap=Overlap.ALLOW))

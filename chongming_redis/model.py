@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any
 
 from chongming_redis.limits import check_refs
+from chongming_redis.parents import check_parent_failure, check_parents
 from chongming_redis.policy import MAX_RETENTION, MAX_TIMEOUT, RetryPolicy, check_duration
 from chongming_redis.validation import (
     check_bool,
@@ -31,8 +32,12 @@ from chongming_redis.validation import (
 
 
 class TaskStatus(str, Enum):
-    """Where a task is in its life. The last four are terminal: nothing leaves them."""
+    """Where a task is in its life. The last four are terminal: the runtime never moves a task
+    out of one (only a retry by hand, ``Client.retry``, does). ``WAITING``: created with
+    parents (``submit(..., after=...)``) that have not all ended; the store moves it to
+    ``PENDING`` or ``STOPPED`` itself (``DependenciesStore``), never a worker."""
 
+    WAITING = "waiting"
     PENDING = "pending"
     RUNNING = "running"
     PAUSED = "paused"
@@ -161,6 +166,11 @@ class TaskSnapshot:
     #: The limits the task starts under (``chongming_redis.limits``): its refs, ``"<id>"`` or
     #: ``"<id>=<key>"``, resolved from its params when it was submitted.
     limits: tuple[str, ...] = ()
+    #: The tasks this one waits for (``submit(..., after=...)``; ``chongming_redis.workflows``)
+    #: and what a parent that ends other than ``SUCCEEDED`` does to it: ``"stop"`` ends it
+    #: ``STOPPED``, ``"run"`` lets it run once every parent has ended. Fixed at creation.
+    parents: tuple[str, ...] = ()
+    on_parent_failure: str = "stop"
 
     def __post_init__(self) -> None:
         fields = self.__dict__
@@ -169,6 +179,7 @@ class TaskSnapshot:
             if value is None and name in _NONE_IS_VALID:
                 continue  # most optional fields are unset: nothing to check or convert
             _set(self, name, check(value))
+        _check_waiting(self.status, self.parents)
 
     def evolve(self, **changes: Any) -> TaskSnapshot:
         """``dataclasses.replace`` that checks only the fields it changes (the others were
@@ -180,9 +191,16 @@ class TaskSnapshot:
             if check is None:
                 raise TypeError(f"TaskSnapshot has no field {name!r}")
             fields[name] = check(value)
+        if "status" in changes or "parents" in changes:
+            _check_waiting(fields["status"], fields["parents"])
         new = object.__new__(TaskSnapshot)
         new.__dict__.update(fields)
         return new
+
+
+def _check_waiting(status: TaskStatus, parents: tuple[str, ...]) -> None:
+    if status is TaskStatus.WAITING and not parents:
+        raise ValueError("a WAITING task waits for parents: give it at least one")
 
 
 def _optional_instance(kind: type, what: str) -> Callable[[object], Any]:
@@ -223,6 +241,8 @@ _SNAPSHOT_CHECKS: dict[str, Callable[[Any], Any]] = {
     "retention": lambda v: check_duration(v, "retention", maximum=MAX_RETENTION),
     "unique": lambda v: check_optional_identifier(v, "unique"),
     "limits": lambda v: () if v == () else check_refs(v),
+    "parents": lambda v: () if v == () else check_parents(v),
+    "on_parent_failure": check_parent_failure,
 }
 
 #: The fields whose check takes ``None`` and returns it: skipped when ``None`` (the common

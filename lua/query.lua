@@ -28,7 +28,7 @@ Replies
   {'CORRUPT', key, field, detail} | {'BADARG', detail}
 
 Sources. 'ix' merges the composite index {ns}:ix:<status>:<bucket>:<name> for the filtered
-statuses (all seven if none) and the filtered buckets ((status, bucket) pairs {ns}:counts lists)
+statuses (all eight if none) and the filtered buckets ((status, bucket) pairs {ns}:counts lists)
 and the filtered name (if none: the names {ns}:nm:<status>:<bucket> lists, narrowed by the name
 prefix); 'tag' and 'p' walk {ns}:tag:<tag> / {ns}:p:<pid>. Without a tag or pipeline filter
 the source is 'ix', exact (no per-task check). With one (or both) the smaller of their indexes
@@ -98,7 +98,9 @@ end
 -- The (status, bucket) pairs the filters allow that hold tasks, from {ns}:counts (a counter
 -- that reaches 0 is deleted), with their task counts: { { combo = '<status>:<bucket>', n }, ... }
 -- or (nil, corrupt reply).
-local ALL_STATUSES = { 'pending', 'running', 'paused', 'succeeded', 'failed', 'stopped', 'lost' }
+local ALL_STATUSES = {
+  'waiting', 'pending', 'running', 'paused', 'succeeded', 'failed', 'stopped', 'lost',
+}
 local function status_buckets()
   local counts_key = root .. 'counts'
   local counted = rcall('HGETALL', counts_key)

@@ -431,12 +431,28 @@ _progress = st.builds(Progress, _numbers, st.none() | _numbers, st.none() | _tex
 _failure = st.builds(Failure, _text, _text, st.none() | _text)
 _statuses = st.sampled_from(list(TaskStatus))
 _optional_dt = st.none() | aware_datetimes()
+# A WAITING task names at least one parent (the model refuses it otherwise).
+_parents = st.lists(_ids, min_size=1, max_size=4, unique=True).map(tuple)
+_status_and_parents = st.one_of(
+    st.tuples(st.sampled_from([s for s in TaskStatus if s is not TaskStatus.WAITING]),
+              st.just(()) | _parents),
+    st.tuples(st.just(TaskStatus.WAITING), _parents),
+)  # fmt: skip
+
+
+def _snapshot(
+    status_and_parents: tuple[TaskStatus, tuple[str, ...]], **fields: object
+) -> TaskSnapshot:
+    status, parents = status_and_parents
+    return TaskSnapshot(status=status, parents=parents, **fields)  # type: ignore[arg-type]
+
 
 snapshots = st.builds(
-    TaskSnapshot,
+    _snapshot,
+    _status_and_parents,
     task_id=_ids,
     name=_ids,
-    status=_statuses,
+    on_parent_failure=st.sampled_from(["stop", "run"]),
     status_version=st.integers(min_value=0, max_value=MAX_INT),
     created_at=aware_datetimes(),
     updated_at=aware_datetimes(),

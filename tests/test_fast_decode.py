@@ -52,7 +52,7 @@ snapshots = st.builds(
     TaskSnapshot,
     task_id=st.text("abc0123456789-_", min_size=1, max_size=24),
     name=st.sampled_from(["noop", "resize", "é-name", "名前"]),
-    status=st.sampled_from(list(TaskStatus)),
+    status=st.sampled_from([s for s in TaskStatus if s is not TaskStatus.WAITING]),
     status_version=st.integers(0, 2**53 - 1),
     created_at=st.just(T0),
     updated_at=st.integers(0, 10**9).map(lambda us: T0 + timedelta(microseconds=us)),

@@ -302,6 +302,7 @@ def test_failure_validates() -> None:
 @pytest.mark.parametrize(
     ("status", "terminal"),
     [
+        (TaskStatus.WAITING, False),
         (TaskStatus.PENDING, False),
         (TaskStatus.RUNNING, False),
         (TaskStatus.PAUSED, False),
@@ -317,6 +318,7 @@ def test_is_terminal_for_each_status(status: TaskStatus, terminal: bool) -> None
 
 def test_every_status_is_classified_above() -> None:
     assert {s.value for s in TaskStatus} == {
+        "waiting",
         "pending",
         "running",
         "paused",
@@ -446,3 +448,21 @@ def test_evolve_refuses_what_the_constructor_refuses(
     if "no_such_field" not in changes:
         with pytest.raises(error):
             dataclasses.replace(_base(), **changes)
+
+
+def test_a_waiting_task_names_its_parents_and_they_are_checked() -> None:
+    made = TaskSnapshot("c", "job", TaskStatus.WAITING, 1, NOW, NOW, parents=["a", "b"])
+    assert made.parents == ("a", "b") and made.on_parent_failure == "stop"
+    assert made.evolve(on_parent_failure="run").on_parent_failure == "run"
+    with pytest.raises(ValueError, match="at least one"):
+        TaskSnapshot("c", "job", TaskStatus.WAITING, 1, NOW, NOW)
+    with pytest.raises(ValueError, match="at least one"):
+        made.evolve(parents=())
+    with pytest.raises(ValueError, match="repeat"):
+        made.evolve(parents=("a", "a"))
+    with pytest.raises(TypeError, match="parents"):
+        made.evolve(parents="ab")
+    with pytest.raises(ValueError, match="'stop' or 'run'"):
+        made.evolve(on_parent_failure="ignore")
+    pending = made.evolve(status=TaskStatus.PENDING)  # parents stay: the task's record
+    assert pending.parents == ("a", "b")

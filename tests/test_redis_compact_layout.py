@@ -19,8 +19,8 @@ from tests.support.redis_server import RedisProc
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LETTERS = {"pending": "P", "running": "R", "paused": "Z", "succeeded": "S", "failed": "F",
-           "stopped": "X", "lost": "L"}  # fmt: skip
+LETTERS = {"waiting": "W", "pending": "P", "running": "R", "paused": "Z", "succeeded": "S",
+           "failed": "F", "stopped": "X", "lost": "L"}  # fmt: skip
 
 
 def task(task_id: str, **fields: object) -> TaskSnapshot:
@@ -117,7 +117,10 @@ transitions = st.builds(
 @given(t=transitions)
 def test_layout_two_round_trips_and_layout_one_is_still_read(t: Transition) -> None:
     entry = encode_entry(t)
-    assert entry[0] == (0x93 if t.reason is None else 0x94)
+    if TaskStatus.WAITING in (t.from_status, t.to_status):  # no number in layout 2
+        assert entry == layout_one(t)
+    else:
+        assert entry[0] == (0x93 if t.reason is None else 0x94)
     assert decode_entry("t", "k", entry) == t
     assert decode_entry("t", "k", layout_one(t)) == t
 

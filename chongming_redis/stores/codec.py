@@ -35,6 +35,7 @@ from chongming_redis.model import (
     TaskSnapshot,
     Transition,
 )
+from chongming_redis.parents import RUN, STOP, check_parents
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores._row_reader import Primitive, Reader, RowError, decode
 from chongming_redis.stores._scalars import (
@@ -111,6 +112,8 @@ SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "retention_s",
     "unique_id",
     "limit_refs",
+    "parents",
+    "on_parent_failure",
 )
 LEASE_COLUMNS: tuple[str, ...] = ("lease_owner", "lease_until")
 TRANSITION_COLUMNS: tuple[str, ...] = (
@@ -169,6 +172,9 @@ def snapshot_to_row(snapshot: TaskSnapshot) -> Row:
         "retention_s": snapshot.retention,
         "unique_id": snapshot.unique,
         "limit_refs": json.dumps(list(snapshot.limits)) if snapshot.limits else None,
+        "parents": json.dumps(list(snapshot.parents)) if snapshot.parents else None,
+        # "stop" (the default) is not stored: a task's record costs no byte for it.
+        "on_parent_failure": None if snapshot.on_parent_failure == "stop" else "run",
     }
 
 
@@ -241,6 +247,8 @@ def _snapshot_from(r: Reader) -> TaskSnapshot:
         retention=_seconds(r.number("retention_s")),
         unique=r.text("unique_id"),
         limits=_limit_refs(r.text("limit_refs")),  # a row written before limits: none
+        parents=_parents(r.text("parents")),  # a row written before dependencies: none
+        on_parent_failure=_parent_failure(r.text("on_parent_failure")),
     )
 
 
@@ -259,6 +267,23 @@ def _limit_refs(text: str | None) -> tuple[str, ...]:
         return check_refs(refs)
     except (ValueError, TypeError) as exc:
         raise RowError("limit_refs", f"not a JSON list of limit refs: {exc}") from None
+
+
+def _parents(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    try:
+        return check_parents(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise RowError("parents", f"not a JSON list of task ids: {exc}") from None
+
+
+def _parent_failure(text: str | None) -> str:
+    if text is None:
+        return STOP
+    if text != RUN:
+        raise RowError("on_parent_failure", f"not 'run' (or absent): {text!r}")
+    return RUN
 
 
 def _seconds(value: int | float | None) -> float | None:

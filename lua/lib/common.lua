@@ -14,7 +14,7 @@
 local rcall = redis.call
 
 local STATUSES = {
-  pending = true, running = true, paused = true,
+  waiting = true, pending = true, running = true, paused = true,
   succeeded = true, failed = true, stopped = true, lost = true,
 }
 local TERMINAL = { succeeded = true, failed = true, stopped = true, lost = true }

@@ -23,7 +23,18 @@ local function mp_str(s)
     math.floor(n / 256) % 256, n % 256) .. s
 end
 
+-- Layout 1 ([version, from, to, at_us, reason], one-letter statuses, nil for none): the
+-- entries that name WAITING ('W'), which has no number in layout 2's three bits.
+local function history_entry_v1(version, from_status, to_status, at, reason)
+  local from = from_status and mp_str(from_status) or string.char(0xc0)
+  local why = reason and mp_str(reason) or string.char(0xc0)
+  return string.char(0x95) .. mp_uint(version) .. from .. mp_str(to_status) .. mp_uint(at) .. why
+end
+
 local function history_entry(version, from_status, to_status, at, reason)
+  if from_status == 'W' or to_status == 'W' then
+    return history_entry_v1(version, from_status, to_status, at, reason)
+  end
   local statuses = 8 * (from_status and STATUS_NUMBERS[from_status] or 0)
     + STATUS_NUMBERS[to_status]
   local entry = mp_uint(version) .. string.char(statuses) .. mp_uint(at)

@@ -120,6 +120,10 @@ TASK_FIELDS: dict[str, str] = {
     "unique_id": "uq",
     # The limit refs (``chongming_redis.limits``) as a JSON list; absent: none.
     "limit_refs": "lm",
+    # The parents (``chongming_redis.parents``) as a JSON list and ``"run"``; absent: none,
+    # and "stop".
+    "parents": "dp",
+    "on_parent_failure": "df",
 }
 TASK_COLUMNS_BY_FIELD: dict[str, str] = {f: c for c, f in TASK_FIELDS.items()}
 

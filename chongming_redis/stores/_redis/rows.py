@@ -16,6 +16,7 @@ import msgpack
 from chongming_redis.errors import CorruptRecord
 from chongming_redis.limits import check_refs
 from chongming_redis.model import Command, TaskSnapshot, TaskStatus, Transition
+from chongming_redis.parents import check_parents
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores._redis.keys import (
     COMMAND_COLUMNS_BY_FIELD,
@@ -52,14 +53,15 @@ _ENTRY_COLUMNS = ("version", "from_status", "to_status", "at", "reason")
 #: (``from`` 0: none), one byte for both. Layout 1 (written before; still read):
 #: ``[version, from, to, at_us, reason]`` with one-letter statuses (``_STATUS_CODES``), nil for
 #: no from status or reason. The array length tells them apart (3 or 4 against 5). Both are
-#: built in Lua too (``lua/lib/msgpack_entry.lua``).
+#: built in Lua too (``lua/lib/msgpack_entry.lua``). An entry that names ``waiting`` (which has
+#: no number in three bits) is written in layout 1.
 _STATUS_NUMBERS = {
     "pending": 1, "running": 2, "paused": 3, "succeeded": 4, "failed": 5, "stopped": 6,
     "lost": 7,
 }  # fmt: skip
 _STATUS_BY_NUMBER = {number: name for name, number in _STATUS_NUMBERS.items()}
 _STATUS_CODES = {
-    "pending": "P", "running": "R", "paused": "Z", "succeeded": "S", "failed": "F",
+    "waiting": "W", "pending": "P", "running": "R", "paused": "Z", "succeeded": "S", "failed": "F",
     "stopped": "X", "lost": "L",
 }  # fmt: skip
 _STATUS_NAMES = {code: name for name, code in _STATUS_CODES.items()}
@@ -69,10 +71,19 @@ def encode_entry(transition: Transition) -> bytes:
     """A history entry as stored: layout 2, msgpack ``[version, 8 * from + to, at_us]`` plus
     the reason if there is one."""
     row = transition_to_row(transition)
+    if "waiting" in (row["from_status"], row["to_status"]):
+        return _layout_one(row)
     source = 0 if row["from_status"] is None else _STATUS_NUMBERS[str(row["from_status"])]
     values = [row["version"], 8 * source + _STATUS_NUMBERS[str(row["to_status"])], row["at"]]
     if row["reason"] is not None:
         values.append(row["reason"])
+    return bytes(msgpack.packb(values, use_bin_type=True))
+
+
+def _layout_one(row: Row) -> bytes:
+    source = row["from_status"]
+    values = [row["version"], None if source is None else _STATUS_CODES[str(source)],
+              _STATUS_CODES[str(row["to_status"])], row["at"], row["reason"]]  # fmt: skip
     return bytes(msgpack.packb(values, use_bin_type=True))
 
 
@@ -156,7 +167,7 @@ _STATUSES = {status.value.encode(): status for status in TaskStatus}
 _KNOWN_FIELDS = frozenset(
     f.encode() for f in ("n", "s", "v", "c", "u", "g", "b", "k", "p", "a", "r", "hb", "lo",
                          "lu", "at", "nb", "pr", "w", "ct", "fs", "rt", "to", "dl", "rn", "uq",
-                         "lm")
+                         "lm", "dp", "df")
 )  # fmt: skip
 
 
@@ -191,6 +202,10 @@ def _retry_policy(value: bytes) -> RetryPolicy:
 def _limit_refs(value: bytes) -> tuple[str, ...]:
     """A task's stored limit refs (a JSON list). Cached: the tasks of one key share them."""
     return check_refs(json.loads(value))
+
+
+def _parents(value: bytes) -> tuple[str, ...]:
+    return check_parents(json.loads(value))
 
 
 def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
@@ -229,6 +244,8 @@ def fast_snapshot(task_id: str, f: dict[bytes, bytes]) -> TaskSnapshot | None:
             retention=_seconds(f.get(b"rn")),
             unique=None if (unique := f.get(b"uq")) is None else unique.decode(),
             limits=() if (refs := f.get(b"lm")) is None else _limit_refs(refs),
+            parents=() if (parents := f.get(b"dp")) is None else _parents(parents),
+            on_parent_failure="stop" if (policy := f.get(b"df")) is None else policy.decode(),
         )
     except Exception:  # KeyError, UnicodeDecodeError, ValueError, msgpack's own types, ...
         return None

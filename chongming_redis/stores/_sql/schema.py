@@ -28,6 +28,8 @@ Tables (``schema_statements``):
   dialect.
 * ``schedules`` — ``(id, version, state)``: the schedule records (``SchedulesStore``), version 5
   (``_v5``, ``_sql/schedules.py``).
+* ``task_edges``, ``edge_releases`` — the dependencies (``DependenciesStore``) and the
+  ``parents``/``on_parent_failure`` columns, version 7 (``_v7``, ``_sql/dependencies.py``).
 * ``task_tags`` — ``(tag, task_id)``: exact tag matching through an index (a substring search of
   the ``tags`` JSON would let ``a"io`` match ``io``).
 * ``history`` — ``(task_id, version)`` primary key: ``append`` is ``ON CONFLICT DO NOTHING``.
@@ -54,7 +56,7 @@ from chongming_redis.errors import UnsupportedSchema
 from chongming_redis.model import TaskStatus
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: The final statuses (``TaskStatus.is_terminal``): a task in one holds no unique id and may
 #: expire.
@@ -304,9 +306,30 @@ def _v6(d: Dialect) -> list[str]:
     ]
 
 
+def _v7(d: Dialect) -> list[str]:
+    """Dependencies (``DependenciesStore``, ``_sql/dependencies.py``): ``parents`` (a JSON list;
+    NULL: none) and ``on_parent_failure`` (``"run"``; NULL: ``"stop"``); ``task_edges``, one
+    row per (child, parent) while the child is unfinished (``met`` 0 until the parent's end was
+    applied to the child, then 1): a child's unmet parents, a parent's waiting children, and
+    the unfinished dependents that keep a finished parent from being pruned or expiring;
+    ``edge_releases``, the parents whose end is still to be applied to more children than one
+    write does (``outcome``: the final status the parent ended in)."""
+    t, n = d.text, d.bigint
+    return [
+        f"ALTER TABLE tasks ADD COLUMN parents {t}",
+        f"ALTER TABLE tasks ADD COLUMN on_parent_failure {t}",
+        f"""CREATE TABLE IF NOT EXISTS task_edges (
+            child_id {t} NOT NULL, parent_id {t} NOT NULL, met {n} NOT NULL,
+            PRIMARY KEY (child_id, parent_id))""",
+        "CREATE INDEX IF NOT EXISTS task_edges_by_parent ON task_edges (parent_id, met)",
+        f"""CREATE TABLE IF NOT EXISTS edge_releases (
+            parent_id {t} PRIMARY KEY, outcome {t} NOT NULL, at_us {n} NOT NULL)""",
+    ]
+
+
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
 MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7,
 }  # fmt: skip
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 

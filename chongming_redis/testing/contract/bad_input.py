@@ -39,7 +39,7 @@ class BadInputRules(ContractBase):
         raises(ValueError, snapshot, heartbeat_at=naive)
         raises(ValueError, Transition, "t1", 1, None, PENDING, naive)
         raises(ValueError, Command, "c1", "t1", CommandKind.STOP, naive)
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
 
     def test_unusable_ids_are_refused_before_the_store_changes(self) -> None:
         self.put(snapshot("t1"))
@@ -56,7 +56,7 @@ class BadInputRules(ContractBase):
             raises(TypeError, self.store.get, wrong)
             raises(TypeError, self.store.touch, wrong, heartbeat_at=at(1))
         assert self.ids() == ["t1"]
-        assert self.store.counts() == counted(pending=1)
+        assert self.counts() == counted(pending=1)
         assert self.claimed(0) == ["c1"]
 
     def test_a_bool_or_float_version_is_refused(self) -> None:
@@ -70,7 +70,7 @@ class BadInputRules(ContractBase):
         raises(TypeError, self.store.save, None, expect_version=1)
         raises(TypeError, self.store.append, snapshot("t1"))
         raises(TypeError, self.store.submit_command, snapshot("t1"))
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
         assert self.claimed(0) == []
         raises(TypeError, self.store.query, {"statuses": {PENDING}})
 
@@ -78,7 +78,7 @@ class BadInputRules(ContractBase):
         huge = snapshot("huge", params=b"x" * (MAX_PAYLOAD_BYTES + 1))
         raises(ValueError, self.store.create, huge)
         assert self.store.get("huge") is None
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
         raises(ValueError, self.store.submit_command, command("c1", payload=huge.params))
         assert self.claimed(0) == []
 
@@ -87,7 +87,7 @@ class BadInputRules(ContractBase):
             raises(TypeError, self.store.create, snapshot("bad", params=bad))
             raises(TypeError, self.store.submit_command, command("bad", payload=bad))
         assert self.store.get("bad") is None
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
         assert self.claimed(0) == []
 
     def test_a_refused_payload_in_a_save_leaves_the_task_unchanged(self) -> None:
@@ -113,7 +113,7 @@ class BadInputRules(ContractBase):
             assert got.params == {"id": task_id}, repr(task_id)
             assert self.store.history(task_id) == [transition(task_id, 1, reason=task_id)]
         assert self.ids() == list(AWKWARD_IDS)
-        assert self.store.counts() == counted(pending=len(AWKWARD_IDS))
+        assert self.counts() == counted(pending=len(AWKWARD_IDS))
 
     def test_awkward_names_tags_and_pipeline_ids_filter_exactly(self) -> None:
         for i, text in enumerate(AWKWARD_IDS):

@@ -277,7 +277,7 @@ class CommandRules(ContractBase):
         got = self.store.claim_commands(now=at(5), lease_seconds=1)
         assert got == [replace(unknown, lease_until=at(6)), replace(finished, lease_until=at(6))]
         assert self.store.get("nobody") is None
-        assert self.store.counts() == counted(succeeded=1)
+        assert self.counts() == counted(succeeded=1)
 
     def test_a_command_can_be_completed_after_its_lease_expired_or_unclaimed(self) -> None:
         self.store.submit_command(command("c1"))

@@ -165,7 +165,7 @@ class OperationRules(ContractBase):
         assert self.where(pipeline_run_id="p") == kept and self.where(name_prefix="e") == kept
         assert sorted(self.where(buckets={0, 1, 2})) == kept
         assert [len(self.store.history(f"t{i:02}")) for i in range(30)] == [0] * 25 + [1] * 5
-        assert self.store.counts() == counted(succeeded=5)
+        assert self.counts() == counted(succeeded=5)
 
     # -- found by an independent review of the suite (round two) --------------------
 

@@ -9,9 +9,9 @@ from typing import Any
 from chongming_redis import (
     Progress,
     TaskQuery,
-    TaskStatus,
 )
 from chongming_redis.testing.contract.support import (
+    CORE_STATUSES,
     FAILED,
     LOST,
     ONE_US,
@@ -75,10 +75,10 @@ class QueryRules(ContractBase):
         assert self.ids() == ["east", "west", "earlier", "later"]
 
     def test_query_filters_by_any_of_the_given_statuses(self) -> None:
-        self.put(*(snapshot(s.value, status=s, created=i) for i, s in enumerate(TaskStatus)))
+        self.put(*(snapshot(s.value, status=s, created=i) for i, s in enumerate(CORE_STATUSES)))
         assert self.where(statuses={RUNNING}) == ["running"]
         assert self.where(statuses={PENDING, FAILED, LOST}) == ["pending", "failed", "lost"]
-        assert self.where(statuses=set(TaskStatus)) == [s.value for s in TaskStatus]
+        assert self.where(statuses=set(CORE_STATUSES)) == [s.value for s in CORE_STATUSES]
 
     def test_query_filters_by_exact_name(self) -> None:
         self.put(
@@ -239,12 +239,12 @@ class QueryRules(ContractBase):
 
     def test_an_empty_statuses_or_buckets_set_matches_nothing(self) -> None:
         self.put(*(snapshot(s.value, status=s, bucket=i, created=i) for i, s in
-                   enumerate(TaskStatus)))  # fmt: skip
+                   enumerate(CORE_STATUSES)))  # fmt: skip
         assert self.where(statuses=frozenset()) == []
         assert self.where(buckets=frozenset()) == []
         assert self.where(statuses=frozenset(), buckets={0}) == []
         assert self.where(buckets=set(), newest_first=True, limit=3) == []
-        assert len(self.where(statuses=None, buckets=None)) == len(TaskStatus)
+        assert len(self.where(statuses=None, buckets=None)) == len(CORE_STATUSES)
 
     def test_limit_applies_after_every_filter(self) -> None:
         for i in range(12):

@@ -165,7 +165,7 @@ class RecordRules(ContractBase):
         assert isinstance(error, StoreError)
         assert error.task_id == "t1"
         assert self.store.get("t1") == first
-        assert self.store.counts() == counted(running=1)
+        assert self.counts() == counted(running=1)
         raises(TaskAlreadyExists, self.store.create, first)  # even an identical one
 
     # -- identity, time and types (round two) ------------------------------------------------
@@ -181,7 +181,7 @@ class RecordRules(ContractBase):
         assert self.store.history("Task") == [] and self.store.history("TASK") == []
         assert self.store.history("task") == [transition("task", 1, reason="lower")]
         assert self.ids() == ["task", "Task", "TASK"]
-        assert self.store.counts() == counted(pending=1, failed=1, running=1)
+        assert self.counts() == counted(pending=1, failed=1, running=1)
         self.store.submit_command(command("cmd"))
         self.store.submit_command(command("CMD", created=1))
         self.store.complete_command("cmd", now=at(0))

@@ -66,7 +66,7 @@ class SaveRules(ContractBase):
         stale = snapshot("t1", status=FAILED, version=5, params={"keep": False}, bucket=9)
         raises(ConcurrencyConflict, self.store.save, stale, expect_version=3)
         self.assert_untouched(before)
-        assert self.store.counts() == counted(running=1)
+        assert self.counts() == counted(running=1)
         assert self.where(statuses={FAILED}) == []
         assert self.where(buckets={9}) == []
         assert self.store.history("t1") == [transition("t1", 4)]
@@ -90,7 +90,7 @@ class SaveRules(ContractBase):
         assert (error.task_id, error.expected, error.actual) == ("ghost", 1, None)
         assert self.store.get("ghost") is None
         assert self.store.query() == []
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
 
     def test_save_allows_the_version_to_jump(self) -> None:
         self.put(snapshot("t1"))
@@ -249,7 +249,7 @@ class SaveRules(ContractBase):
         assert self.store.get("t1") is None
         assert self.store.query() == [] and self.where(tag="io") == []
         assert self.where(buckets={4}) == [] and self.where(statuses={RUNNING}) == []
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
         assert self.store.history("t1") == []
 
     # -- found by an independent review of the suite (round two) --------------------
@@ -288,7 +288,7 @@ class SaveRules(ContractBase):
             params=b"x" * (MAX_PAYLOAD_BYTES + 1),
         )
         raises(ValueError, self.store.save, huge, expect_version=1)
-        assert self.store.counts() == counted(pending=1)
+        assert self.counts() == counted(pending=1)
         assert self.where(statuses={RUNNING}) == [] and self.where(tag="new") == []
         assert self.where(buckets={5}) == [] and self.where(name="other") == []
 

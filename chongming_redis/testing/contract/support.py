@@ -37,6 +37,10 @@ SUCCEEDED, FAILED, STOPPED, LOST = (
 )
 LIVE = (PENDING, RUNNING, PAUSED)
 TERMINAL = (SUCCEEDED, FAILED, STOPPED, LOST)
+#: The statuses of the 14-method contract: ``WAITING`` belongs to the dependencies extension
+#: (``DependenciesStore``; its contract is ``testing/extensions/dependencies.py``), and a store
+#: written before it may leave it out of ``counts()``.
+CORE_STATUSES = (*LIVE, *TERMINAL)
 MAX_CLAIM_LIMIT = 1000  # the shared argument checks (stores/_checks.py) cap a claim batch
 MAX_LEASE_SECONDS = 7 * 24 * 3600.0  # the longest command lease (protocol: claim_commands)
 LATEST = datetime(2255, 6, 5, 23, 47, 34, 740991, tzinfo=timezone.utc)  # the last storable µs
@@ -214,6 +218,11 @@ class ContractBase:
     def close_store(self) -> None:
         self._store_closed = True
         self.store.close()
+
+    def counts(self) -> dict[TaskStatus, int]:
+        """``store.counts()``, with ``WAITING`` at 0 where a store written before the
+        dependencies extension leaves it out."""
+        return {TaskStatus.WAITING: 0, **self.store.counts()}
 
     def put(self, *snapshots: TaskSnapshot) -> None:
         for item in snapshots:

@@ -90,7 +90,7 @@ class TouchRules(ContractBase):
         self.store.touch("ghost")
         assert self.store.get("ghost") is None
         assert self.store.query() == []
-        assert self.store.counts() == counted()
+        assert self.counts() == counted()
 
     def test_touch_stores_heartbeat_and_lease_exactly_as_given(self) -> None:
         self.put(snapshot("t1", status=RUNNING))
@@ -127,7 +127,7 @@ class TouchRules(ContractBase):
         self.store.create(fresh)
         assert self.store.get("ghost") == fresh
         assert self.store.query() == [fresh]
-        assert self.store.counts() == counted(pending=1)
+        assert self.counts() == counted(pending=1)
 
     def test_a_touch_after_prune_leaves_nothing_behind(self) -> None:
         self.put(snapshot("t1", status=SUCCEEDED))

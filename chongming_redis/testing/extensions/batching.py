@@ -122,7 +122,7 @@ class BatchingContract(ContractBase):
         raises(ValueError, store.commit_tasks, [(task("n"), None, []), (task("s", R, 2), 1, []),
                                                 (task("n"), None, [])])  # fmt: skip
         assert self.store.get("n") is None and self.store.get("s") == task("s")
-        assert self.store.counts() == counted(pending=1)
+        assert self.counts() == counted(pending=1)
 
     # -- BatchingStore.start_tasks ----------------------------------------------------------
 

@@ -136,7 +136,7 @@ class TaskPoliciesContract(PolicySupport):
                 taken = raises(UniqueTaken, self.store.create, newcomer)
                 assert (taken.unique, taken.holder) == ("u", "a")
         assert self.store.get("b") is None and self.store.history("b") == []
-        assert self.store.counts() == counted(pending=1)
+        assert self.counts() == counted(pending=1)
         assert self.store.get("a") == holder and store.unique_holder("u") == "a"
         if seen is not None:
             assert self.feed_after(seen[1]) == ([], seen[1]), "a refused create is not a change"
@@ -146,7 +146,7 @@ class TaskPoliciesContract(PolicySupport):
         self.put(task("c", unique="U"), task("d", unique="u:"), task("e", unique="uu"),
                  task("f"), task("g"))  # fmt: skip
         assert self.holders(store, "u", "U", "u:", "uu", "u ") == ["a", "c", "d", "e", None]
-        assert self.store.counts() == counted(pending=6)
+        assert self.counts() == counted(pending=6)
 
     def test_commit_tasks_refuses_a_held_unique_per_item_and_applies_the_others(self) -> None:
         if (store := self.policies()) is None or (batching := self.policy_batching()) is None:
@@ -176,7 +176,7 @@ class TaskPoliciesContract(PolicySupport):
         assert self.store.get("b") is None and self.store.get("x") is None
         assert self.store.history("b") == [] and self.store.history("y") == [entry("y", 1)]
         assert self.holders(store, "u", "v", "w", "z") == ["a", "c", "d", "y"]
-        assert self.store.counts() == counted(pending=5, succeeded=1)
+        assert self.counts() == counted(pending=5, succeeded=1)
 
     def test_two_creates_of_one_unique_in_one_call_create_only_the_first(self) -> None:
         """The items of one ``commit_tasks`` take unique ids in order: the second create of
@@ -192,7 +192,7 @@ class TaskPoliciesContract(PolicySupport):
         assert isinstance(second, UniqueTaken) and (second.unique, second.holder) == ("dup", "f1")
         assert self.store.get("f2") is None and self.store.history("f2") == []
         assert self.holders(store, "dup", "solo") == ["f1", "f3"]
-        assert self.store.counts() == counted(pending=2)
+        assert self.counts() == counted(pending=2)
 
     def test_the_write_that_finishes_the_holder_lets_its_unique_go(self) -> None:
         """Each final status, by ``save`` (and by ``commit_tasks``): held while ``PENDING``,

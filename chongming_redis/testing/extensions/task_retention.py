@@ -77,7 +77,7 @@ class TaskRetentionContract(PolicySupport):
         assert store.expire_finished(now=at(13)) == ["recent"]
         assert store.expire_finished(now=LATEST) == ["long"]
         assert store.expire_finished(now=LATEST) == []
-        assert self.store.counts() == counted(succeeded=1, pending=1, running=1, paused=1)
+        assert self.counts() == counted(succeeded=1, pending=1, running=1, paused=1)
         assert [self.store.get(t.task_id) for t in kept[-4:]] == kept[-4:]
 
     def test_expire_finished_goes_earliest_expiry_first_within_its_limit(self) -> None:
@@ -188,7 +188,7 @@ class TaskRetentionContract(PolicySupport):
         self.move("p", OK, 50)  # finished now: at 51
         assert store.expiry_backlog(now=at(30)) == (1, at(51))
         assert store.expiry_backlog(now=at(100)) == (2, None)
-        assert self.store.counts() == counted(pending=1, running=1, succeeded=2, lost=1)
+        assert self.counts() == counted(pending=1, running=1, succeeded=2, lost=1)
         self.close_store()
         raises(StoreClosed, store.expiry_backlog, now=at(10))
 

@@ -54,6 +54,36 @@ class UniqueTaken(StoreError):
         return (type(self), (self.unique, self.holder))
 
 
+class ParentNotFound(StoreError):
+    """A ``WAITING`` task was to be created with a parent that does not exist (never created,
+    or pruned); nothing was written. ``task_id`` is the child, ``parent`` the missing one."""
+
+    def __init__(self, task_id: str, parent: str) -> None:
+        self.task_id = task_id
+        self.parent = parent
+        super().__init__(f"task {task_id!r} waits for {parent!r}, which does not exist")
+
+    def __reduce__(self) -> tuple[type[ParentNotFound], tuple[str, str]]:
+        return (type(self), (self.task_id, self.parent))
+
+
+class WaitingMove(StoreError):
+    """A save would move a task into ``WAITING`` (only its creation does), or out of it to a
+    status that is not final (only the store's release does); nothing was written."""
+
+    def __init__(self, task_id: str, stored: str, given: str) -> None:
+        self.task_id = task_id
+        self.stored = stored
+        self.given = given
+        super().__init__(
+            f"task {task_id!r} cannot move from {stored} to {given}: a task enters waiting"
+            " only when created, and leaves it only when its parents release it or it ends"
+        )
+
+    def __reduce__(self) -> tuple[type[WaitingMove], tuple[str, str, str]]:
+        return (type(self), (self.task_id, self.stored, self.given))
+
+
 class CommandNotFound(StoreError):
     """``complete_command`` / ``release_command`` named a command that was never submitted."""
 

@@ -33,10 +33,11 @@ MEMORY = frozenset(
         "TaskPoliciesStore",
         "LimitsStore",
         "SchedulesStore",
+        "DependenciesStore",
     }
 )
 #: The limits are enforced by the in-memory reference and the SQL stores; the others follow.
-REDIS = MEMORY | {
+REDIS = (MEMORY - {"DependenciesStore"}) | {
     "BucketPoolStore",
     "NudgeStore",
     "RecordedBucketsStore",

@@ -47,6 +47,8 @@ class MemoryPolicies:
 
         def _open(self) -> AbstractContextManager[None]: ...
 
+        def _pinned(self, task_id: str) -> bool: ...
+
     # -- unique ids --------------------------------------------------------------------------
 
     def _holder(self, unique: str) -> str | None:
@@ -83,7 +85,9 @@ class MemoryPolicies:
             expired = sorted(
                 (when, task_id)
                 for task_id, row in self._tasks.items()
-                if (when := expiry_us(row)) is not None and when <= cutoff
+                if (when := expiry_us(row)) is not None
+                and when <= cutoff
+                and not self._pinned(task_id)
             )[:size]
             for _, task_id in expired:
                 self._remove(task_id, moment)
@@ -92,7 +96,11 @@ class MemoryPolicies:
     def expiry_backlog(self, *, now: datetime) -> tuple[int, datetime | None]:
         cutoff = encode_dt(check_dt(now, "now"))
         with self._open():
-            expiries = [w for row in self._tasks.values() if (w := expiry_us(row)) is not None]
+            expiries = [
+                w
+                for task_id, row in self._tasks.items()
+                if (w := expiry_us(row)) is not None and not self._pinned(task_id)
+            ]
         due = sum(1 for w in expiries if w <= cutoff)
         kept = [w for w in expiries if w > cutoff]
         return due, (decode_dt(min(kept)) if kept else None)

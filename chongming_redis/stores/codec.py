@@ -56,6 +56,7 @@ __all__ = [
     "COMMAND_COLUMNS",
     "LEASE_COLUMNS",
     "MAX_PAYLOAD_BYTES",
+    "PARENT_COLUMNS",
     "SNAPSHOT_COLUMNS",
     "TRANSITION_COLUMNS",
     "Primitive",
@@ -116,6 +117,8 @@ SNAPSHOT_COLUMNS: tuple[str, ...] = (
     "on_parent_failure",
 )
 LEASE_COLUMNS: tuple[str, ...] = ("lease_owner", "lease_until")
+#: What a store with dependencies (``DependenciesStore``) keeps on a save: fixed at creation.
+PARENT_COLUMNS: tuple[str, ...] = ("parents", "on_parent_failure")
 TRANSITION_COLUMNS: tuple[str, ...] = (
     "task_id",
     "version",

@@ -29,6 +29,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.stores.dependency_store import DEPENDENCY_METHODS, DependenciesStore
 from chongming_redis.stores.schedule_store import SCHEDULE_METHODS, SchedulesStore
 
 if TYPE_CHECKING:
@@ -372,6 +373,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "TaskPoliciesStore": ("expire_finished", "unique_holder", "expiry_backlog"),
     "LimitsStore": ("record_limits", "limit_definitions", "limit_usage"),
     "SchedulesStore": SCHEDULE_METHODS,
+    "DependenciesStore": DEPENDENCY_METHODS,
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -390,6 +392,7 @@ EXTENSIONS: dict[str, type] = {
     "TaskPoliciesStore": TaskPoliciesStore,
     "LimitsStore": LimitsStore,
     "SchedulesStore": SchedulesStore,
+    "DependenciesStore": DependenciesStore,
 }
 
 

@@ -39,12 +39,14 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._memory_dependencies import MemoryDependencies
 from chongming_redis.stores._memory_limits import MemoryLimits
 from chongming_redis.stores._memory_policies import MemoryPolicies
 from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores._memory_schedules import MemorySchedules
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
+    PARENT_COLUMNS,
     Row,
     command_to_row,
     encode_dt,
@@ -57,8 +59,14 @@ from chongming_redis.stores.codec import (
 )
 from chongming_redis.validation import check_identifier, check_int
 
+#: What a save keeps of the stored row: the lease (``touch`` writes it) and the parents (fixed
+#: at creation, ``DependenciesStore``).
+KEPT_ON_SAVE = (*LEASE_COLUMNS, *PARENT_COLUMNS)
 
-class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules):
+
+class InMemoryTaskStore(
+    MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules, MemoryDependencies
+):
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
@@ -72,6 +80,7 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedul
         self._feed = MemoryFeed()
         self._init_limits()
         self._init_schedules()
+        self._init_dependencies()
 
     # -- task snapshots --------------------------------------------------------------------
 
@@ -82,8 +91,11 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedul
                 raise TaskAlreadyExists(snapshot.task_id)
             if (taken := self._unique_error(row, None)) is not None:
                 raise taken
+            if (refused := self._dependency_error(row, None)) is not None:
+                raise refused
             self._tasks[snapshot.task_id] = row
             self._feed.move(snapshot.task_id)
+            self._dependencies_written(snapshot.task_id, None)
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
         row = snapshot_to_row(check.check_save(snapshot, expect_version))
@@ -95,10 +107,13 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedul
             assert current is not None
             if (taken := self._unique_error(row, current)) is not None:
                 raise taken
-            for column in LEASE_COLUMNS:  # save never writes the lease: keep what touch wrote
+            if (refused := self._dependency_error(row, current)) is not None:
+                raise refused
+            for column in KEPT_ON_SAVE:  # the lease (what touch wrote) and the parents stay
                 row[column] = current[column]
             self._tasks[snapshot.task_id] = row
             self._feed.move(snapshot.task_id)
+            self._dependencies_written(snapshot.task_id, current)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         check_identifier(task_id, "task_id")
@@ -195,23 +210,27 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedul
         ]
         with self._open():
             # Every item's version is judged against the state before the call, as the Redis
-            # script does; its unique id as the items before it were applied (in order).
-            results = [self._commit_error(row, expect) for row, expect, _ in prepared]
-            for i, (row, expect, entries) in enumerate(prepared):
-                if results[i] is None:
-                    current = self._tasks.get(str(row["task_id"]))
-                    results[i] = self._commit_unique_error(row, current)
-                if results[i] is not None:
-                    continue
+            # script does (a task appears once per call, so that is the state when the item is
+            # applied, unless a release by an earlier item moved it: then it conflicts); its
+            # unique id and its parents as the items before it were applied (in order).
+            results: list[StoreError | None] = []
+            for row, expect, entries in prepared:
                 task_id = str(row["task_id"])
-                if expect is not None:  # a save never writes the lease
-                    for column in LEASE_COLUMNS:
-                        row[column] = self._tasks[task_id][column]
+                current = self._tasks.get(task_id)
+                error = (self._commit_error(row, expect) or self._commit_unique_error(row, current)
+                         or self._dependency_error(row, current))  # fmt: skip
+                results.append(error)
+                if error is not None:
+                    continue
+                if current is not None:  # a save never writes the lease or the parents
+                    for column in KEPT_ON_SAVE:
+                        row[column] = current[column]
                 self._tasks[task_id] = row
                 self._feed.move(task_id)
                 history = self._history.setdefault(task_id, {})
                 for entry in entries:
                     history.setdefault(int(entry["version"]), entry)  # type: ignore[arg-type]
+                self._dependencies_written(task_id, current)
             return results
 
     def _commit_error(self, row: Row, expect: int | None) -> StoreError | None:
@@ -347,8 +366,10 @@ class InMemoryTaskStore(MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedul
         keep = check.check_keep_terminal(keep_terminal)
         with self._open():
             terminal = [
-                row for row in self._tasks.values() if TaskStatus(row["status"]).is_terminal
-            ]
+                row
+                for task_id, row in self._tasks.items()
+                if TaskStatus(row["status"]).is_terminal and not self._pinned(task_id)
+            ]  # a finished parent an unfinished child depends on is kept
             terminal.sort(key=lambda r: (r["created_at"], r["task_id"]))
             doomed = terminal[: max(0, len(terminal) - keep)]
             removed_at = datetime.now(timezone.utc)

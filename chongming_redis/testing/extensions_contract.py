@@ -56,6 +56,7 @@ from chongming_redis.testing.contract.support import (
 )
 from chongming_redis.testing.extensions.batching import BatchingContract, entry, task
 from chongming_redis.testing.extensions.dashboard_reads import DashboardReadsContract
+from chongming_redis.testing.extensions.dependencies import DependenciesContract
 from chongming_redis.testing.extensions.limits import LimitsContract
 from chongming_redis.testing.extensions.paged_queries import PagedQueryContract
 from chongming_redis.testing.extensions.producer_reads import ProducerReadsContract
@@ -79,6 +80,7 @@ class ExtensionsContract(
     TaskRetentionContract,
     LimitsContract,
     SchedulesContract,
+    DependenciesContract,
     ContractBase,
 ):
     """The extensions' contract as test methods. Define ``make_store`` and

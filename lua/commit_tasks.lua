@@ -28,6 +28,11 @@ Replies
   item 'CONFLICT'   actual = the stored version ('' if the task does not exist); nothing
                     written for the item
   item 'EXISTS'     a create whose id is taken; nothing written for the item
+  item 'MISSING'    actual = a parent of the item (a WAITING create) that does not exist,
+                    stored or created by an item before it; nothing written for the item
+  item 'WAITINGMOVE'  actual = the stored status: the item would move the task into
+                    WAITING, or out of it to an unfinished status (lib/dependencies);
+                    nothing written for the item
   item 'UNIQUE'     actual = the id of the unfinished task holding the item's unique id: a
                     create, or a move from a final status back to an unfinished one, that
                     would give the id a second holder, judged after the items before it (an
@@ -41,13 +46,20 @@ Invariants: a task appears at most once per call (each item's version is judged 
 state before the call, its unique id after the items before it, in order); as save and append; each written item moves to the next change-feed position
 (lib/feed), in item order; the unique records and the expiry entries (lib/policies) follow
 each written item, as in create and save; all validation happens before the first write.
-Bound: at most 100 items per call (the caller batches), each O(tags + entries) commands.
+Dependencies (lib/dependencies): an item that ends a task applies that end to its waiting
+children, at most 100 children per call (each moved as a write of its own: version, history
+entry, feed position, indexes), the rest noted in {ns}:drel for release_dependents; a WAITING
+create is released at once when the parents that ended already allow it (written one version
+up, with its entry).
+Bound: at most 100 items per call (the caller batches), each O(tags + entries + parents)
+commands, and at most 100 children judged.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
 --- @include "lib/feed"
 --- @include "lib/policies"
 --- @include "lib/task_args"
+--- @include "lib/dependencies"
 
 local root = KEYS[1]
 if KEYS[2] ~= root .. 'counts' then return badarg('KEYS[2] is not {ns}:counts of KEYS[1]') end
@@ -86,7 +98,7 @@ for i = 1, tonumber(count) do
     -- One HMGET reads and type-checks the version, the token, the feed position, the index
     -- view and the policy view.
     local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr',
-                             'u', 'rn', 'uq', 'lm')
+                             'u', 'rn', 'uq', 'lm', 'dp')
     if not f then return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
     if not f[1] and rcall('EXISTS', key) == 0 then
       item.code = 'CONFLICT'
@@ -103,7 +115,25 @@ for i = 1, tonumber(count) do
       if not old then return bad end
       local was, field, detail = policy_view(old.s, f[12], f[13], f[14])
       if not was then return corrupt(key, field, detail) end
-      item.old, item.was, item.position = old, was, f[3]
+      item.old, item.was, item.position, item.dp = old, was, f[3], f[16] or nil
+      local refused = dep_move_refusal(old.s, args.view.s)
+      if refused then item.code, item.actual = refused[1], old.s end
+    end
+  end
+  -- A WAITING create: its parents must exist (stored, or created by an item before it);
+  -- parents that ended already may release it at once (lib/dependencies). Reads only.
+  if item.code == 'OK' and item.create and args.view.s == 'waiting' then
+    local refused, judged = dep_wait_judge(root, args.id, args.dp, args.df)
+    if refused and refused[1] == 'MISSING' then
+      item.code, item.actual = 'MISSING', refused[2]
+    elseif refused then
+      return refused
+    else
+      item.judged = judged
+      if judged.to then
+        item.released = dep_released_create(judged, args.version)
+        args.view.s, args.policy.s, args.policy.u = judged.to, judged.to, item.released.u
+      end
     end
   end
   -- Its unique record, judged after the items before it (lib/policies plans them in order).
@@ -125,7 +155,16 @@ for i = 1, tonumber(count) do
   end
   item.history = history
   -- Plan its index, counter and feed changes (written after every check, in pass 2).
-  if item.code == 'OK' then expiry_move(root, args.id, item.was, args.policy) end
+  if item.code == 'OK' then
+    expiry_move(root, args.id, item.was, args.policy)
+    if item.create and item.judged then
+      dep_wait_link(root, args.id, item.judged, args.policy)
+    elseif item.create then
+      DEP.items[args.id] = { policy = args.policy }
+    else
+      dep_plan_move(root, args.id, item.old.s, args.policy, item.dp)
+    end
+  end
   if item.code == 'OK' and item.create then
     index_add(root, args.id, args.view)
     item.new_position = feed_next(root, nil, args.id)
@@ -138,7 +177,9 @@ for i = 1, tonumber(count) do
   items[i] = item
 end
 if pos ~= #ARGV + 1 then return badarg('trailing arguments') end
-local broken = index_check() or feed_check(root)
+-- The parents this call ended: their waiting children, up to RELEASE_STEP (lib/dependencies).
+dep_release_queue(root, RELEASE_STEP)
+local broken = dep_check() or index_check() or feed_check(root)
 if broken then return broken end
 
 -- Pass 2: writes.
@@ -151,6 +192,11 @@ for _, item in ipairs(items) do
       unpack(ARGV, args.from, args.to))
     -- A create keeps its token for the task's life (lib/task_args created_by).
     if item.create then rcall('HSET', item.key, 'ct', args.token) end
+    local r = item.released -- released at once by parents that had ended (lib/dependencies)
+    if r then
+      rcall('HSET', item.key, 's', r.s, 'v', r.v, 'u', r.u)
+      rcall('ZADD', item.history, r.v, r.entry)
+    end
   end
   if item.code == 'OK' or item.code == 'APPLIED' then
     local missing = {}
@@ -168,6 +214,7 @@ end
 index_flush()
 unique_flush()
 feed_flush(root)
+dep_flush()
 -- New tasks wake idle workers in the same round trip (the runtime's work nudge). pcall: a user
 -- not granted the channel (ACL) still creates; its workers find the task at their next poll.
 for _, item in ipairs(items) do

@@ -13,6 +13,7 @@ Replies
   {'EXISTS'}         another task has the id; nothing written
   {'UNIQUE', holder}  an unfinished task with another id holds the snapshot's unique id
                      (lib/policies); nothing written
+  {'MISSING', parent}  a WAITING task names a parent that does not exist; nothing written
   {'CORRUPT', key, field, detail}  the key exists but is not a task hash; nothing written
   {'BADARG', detail}
 

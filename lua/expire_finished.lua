@@ -55,6 +55,11 @@ local function consider(id)
     zrem(queue, id)
     return nil
   end
+  if rcall('SISMEMBER', root .. 'dpin', id) == 1 then -- kept for an unfinished child
+    stale = stale + 1                                  -- (lib/dependencies restores it)
+    zrem(queue, id)
+    return nil
+  end
   local view, bad = index_view_of(key, v)
   if not view then return bad end
   local p, field, detail = policy_view(view.s, v[10], v[11], v[12])

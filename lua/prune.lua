@@ -23,6 +23,8 @@ stopped and lost; their number is the sum of those four {ns}:counts fields. The 
 oldest first by (created_at, task id in byte order): the order a sorted set keeps ties in, the
 order the contract asks for. Each key is read from its start, in chunks (the first
 ceil(batch / S) entries, each further chunk twice the last) only as far as the merge takes it.
+A final task in {ns}:dpin (an unfinished child depends on it, lib/dependencies) is passed
+over and not counted among the terminal tasks.
 Invariants: each task is checked to be terminal, and indexed where it was found, inside this
 script before it is dropped, so a task saved back to a live status is never dropped; all of a
 task's keys go in one call, and its change-feed item becomes a tombstone (lib/feed) at the next
@@ -59,6 +61,12 @@ for i = 1, #counted, 2 do
   end
 end
 
+-- A final task an unfinished child depends on ({ns}:dpin, lib/dependencies) is neither
+-- dropped nor counted: the newest `keep` are kept among the others.
+local pins_key = root .. 'dpin'
+local pinned, pkind = try_read('SCARD', pins_key)
+if not pinned then return corrupt(pins_key, '', 'key holds a ' .. pkind .. ', not a set') end
+total = total - pinned
 local excess = total - keep
 if excess <= 0 then return { 'OK', 0, 0 } end
 local take = math.min(excess, batch)
@@ -125,7 +133,9 @@ while #doomed < take and #heap > 0 do
   local v, task_kind = try_read('HMGET', key, 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr', 'fs',
                                 'uq')
   if not v then return corrupt(key, '', 'key holds a ' .. task_kind .. ', not a hash') end
-  if not v[1] and key_type(key) == 'none' then
+  if pinned > 0 and rcall('SISMEMBER', pins_key, id) == 1 then
+    -- kept for an unfinished child: passed over
+  elseif not v[1] and key_type(key) == 'none' then
     -- a dangling index entry: drop it and what it counted, nothing else to remove
     doomed[#doomed + 1] = { id = id, view = { s = src.s, b = src.b, n = src.n, tags = {} } }
   else

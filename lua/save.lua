@@ -14,6 +14,8 @@ Replies
   {'UNIQUE', holder}        the save moves a finished task back to an unfinished status (a
                             retry by hand) and another unfinished task holds its unique id
                             meanwhile; nothing written
+  {'WAITINGMOVE', stored}   the save would move the task into WAITING, or out of it to an
+                            unfinished status (lib/dependencies); nothing written
   {'CORRUPT', key, field, detail}   the stored task does not decode; nothing written
   {'BADARG', detail}
 
@@ -25,13 +27,17 @@ write, because a script is not rolled back on error. The unique record and the e
 (lib/policies) follow the write: a final status lets the unique id go (if the record still
 names this task), a move back to an unfinished status takes it again, a final task with a
 retention is in {ns}:expiry at updated_at + retention.
-Bound: O(number of old + new tags) commands.
+A save that ends the task applies that end to its waiting children (lib/dependencies: at most
+100, the rest noted for release_dependents), each moved in this script; a save never writes
+the parents fields (dp, df: fixed at creation).
+Bound: O(number of old + new tags + parents) commands, and at most 100 children judged.
 ]]
 --- @include "lib/common"
 --- @include "lib/indexes"
 --- @include "lib/feed"
 --- @include "lib/policies"
 --- @include "lib/task_args"
+--- @include "lib/dependencies"
 
 local task_key, root = KEYS[1], KEYS[2]
 local args, err = read_task_args()
@@ -43,7 +49,7 @@ local kind = key_type(task_key)
 if kind == 'none' then return { 'CONFLICT', '' } end
 if kind ~= 'hash' then return corrupt(task_key, '', 'key holds a ' .. kind .. ', not a hash') end
 
-local stored = rcall('HMGET', task_key, 'v', 'w', 'fs', 'u', 'rn', 'uq')
+local stored = rcall('HMGET', task_key, 'v', 'w', 'fs', 'u', 'rn', 'uq', 'dp')
 if not is_uint(stored[1]) then
   return corrupt(task_key, 'v', 'status_version is missing or not a canonical integer')
 end
@@ -55,6 +61,8 @@ local old, bad = read_index_view(task_key)
 if not old then return bad end
 local was, field, detail = policy_view(old.s, stored[4], stored[5], stored[6])
 if not was then return corrupt(task_key, field, detail) end
+local refused = dep_move_refusal(old.s, args.view.s)
+if refused then return refused end
 -- Plan the unique record, index, counter, expiry and feed changes and check every key they
 -- touch.
 local holder
@@ -62,11 +70,13 @@ holder, bad = unique_plan(root, args.id, was, args.policy)
 if bad then return bad end
 if holder then return { 'UNIQUE', holder } end
 expiry_move(root, args.id, was, args.policy)
+dep_plan_move(root, args.id, old.s, args.policy, stored[7] or nil)
 if index_view_changed(old, args.view) then
   index_move(root, args.id, old, args.view)
 end
 local position = feed_next(root, stored[3], args.id)
-bad = index_check() or feed_check(root)
+dep_release_queue(root, RELEASE_STEP) -- the waiting children of a task this save ends
+bad = dep_check() or index_check() or feed_check(root)
 if bad then return bad end
 
 -- All checks passed; from here on only writes.
@@ -75,4 +85,5 @@ rcall('HSET', task_key, 'w', args.token, 'fs', position, unpack(ARGV, args.from,
 index_flush()
 unique_flush()
 feed_flush(root)
+dep_flush()
 return { 'OK' }

@@ -37,7 +37,7 @@ MEMORY = frozenset(
     }
 )
 #: The limits are enforced by the in-memory reference and the SQL stores; the others follow.
-REDIS = (MEMORY - {"DependenciesStore"}) | {
+REDIS = MEMORY | {
     "BucketPoolStore",
     "NudgeStore",
     "RecordedBucketsStore",

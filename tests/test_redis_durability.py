@@ -123,6 +123,7 @@ def test_every_write_waits_once_for_the_replica_and_reads_never_wait(
             "s", "v1", expect_version=0, task=task("s@tick")
         ),
         "delete_schedule": lambda: store.delete_schedule("s"),
+        "release_dependents": lambda: store.release_dependents(limit=10),
         "finish": lambda: store.save(
             task("a", 9).evolve(status=TaskStatus.SUCCEEDED), expect_version=3
         ),  # version 3: started by start_tasks

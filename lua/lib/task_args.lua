@@ -18,10 +18,12 @@ local LEASE_FIELDS = { lo = true, lu = true }
 -- args.to)), never copied.
 local VIEW_ARGS = { s = true, b = true, c = true, n = true, p = true, g = true, v = true,
                     nb = true, pr = true, u = true, rn = true, uq = true, to = true,
-                    lm = true }
+                    lm = true, dp = true, df = true }
+-- Fixed at creation (lib/dependencies): a save neither writes nor deletes them.
+local PARENT_FIELDS = { dp = true, df = true }
 
--- Returns (args = { id, token, expect, dels, from, to, view, version, policy }, nil, next
--- position)
+-- Returns (args = { id, token, expect, dels, from, to, view, version, policy, dp, df }, nil,
+-- next position)
 -- or (nil, badarg reply). The pairs to write are ARGV[from .. to]. Only create passes
 -- allow_lease: a new task is written whole, lease included; save never writes or deletes the
 -- lease columns.
@@ -46,6 +48,8 @@ local function read_task_args(allow_lease, pos, counted)
   for i = 1, #dels do
     if LEASE_FIELDS[dels[i]] and not allow_lease then
       return nil, badarg('may not delete lease field ' .. dels[i])
+    elseif PARENT_FIELDS[dels[i]] and not allow_lease then
+      return nil, badarg('a save may not delete the parents field ' .. dels[i])
     elseif dels[i] == 'w' or dels[i] == 'ct' then -- 'ct' deleted would end the retry check
       return nil, badarg('may not delete the token field ' .. dels[i])
     end
@@ -59,6 +63,8 @@ local function read_task_args(allow_lease, pos, counted)
       return nil, badarg('may not write the token field directly')
     elseif LEASE_FIELDS[field] and not allow_lease then
       return nil, badarg('may not write lease field ' .. field)
+    elseif PARENT_FIELDS[field] and not allow_lease then
+      return nil, badarg('a save may not write the parents field ' .. field)
     end
   end
   local view = { s = map.s, b = map.b, c = map.c, n = map.n, p = map.p, g = map.g or '[]',
@@ -79,7 +85,7 @@ local function read_task_args(allow_lease, pos, counted)
   local policy = policy_view(view.s, map.u, map.rn, map.uq)
   if not policy then return nil, badarg('retention or updated_at malformed') end
   args.dels, args.from, args.to, args.view, args.version = dels, from, to, view, map.v
-  args.policy = policy
+  args.policy, args.dp, args.df = policy, map.dp, map.df
   return args, nil, to + 1
 end
 

@@ -32,6 +32,7 @@ from chongming_redis.stores._redis import dashboard_ops, ops, schedule_ops, work
 from chongming_redis.stores._redis.cluster import ClusterCalls
 from chongming_redis.stores._redis.driver import Driver
 from chongming_redis.stores._redis.keys import Keys
+from chongming_redis.stores.dependency_store import RELEASE_STEP, check_release_limit
 
 T = TypeVar("T")
 
@@ -209,6 +210,18 @@ class RedisExtensions(Driver[ClusterCalls]):
         """``(tasks expired by now, not yet removed; the earliest expiry still kept)`` from
         ``{ns}:expiry`` alone, in one round trip."""
         return self._perform(dashboard_ops.expiry_backlog(self.keys, now))
+
+    # -- dependencies (``DependenciesStore``; ``lua/lib/dependencies.lua``) -----------------
+
+    def release_dependents(self, *, limit: int = RELEASE_STEP) -> int:
+        """Apply ended parents' outcomes to up to ``limit`` of the waiting children the write
+        ending them left over, in one script (``lua/release_dependents.lua``)."""
+        size = check_release_limit(limit)
+        return self._perform(worker_ops.release_dependents(self.keys, size))
+
+    def release_backlog(self) -> int:
+        """``ZCARD {ns}:drel``: the ended parents still to apply."""
+        return self._perform(worker_ops.release_backlog(self.keys))
 
     # -- clean-up (not TaskStore) ----------------------------------------------------------
 

@@ -171,6 +171,10 @@ class Keys:
         self.feed = self.root + "feed"
         self.feed_chunks = self.root + "fcs"
         self.expiry = self.root + "expiry"
+        #: The dependencies (``lua/lib/dependencies.lua``): ended parents whose end is still
+        #: to be applied (zset), and the final tasks an unfinished child keeps (set).
+        self.releases = self.root + "drel"
+        self.pinned = self.root + "dpin"
         self.limits = self.root + "limits"
         self.limit_types = self.root + "limit-types"
         # The refs that may have a holder, a parked task or a waiter (limit_usage's list).

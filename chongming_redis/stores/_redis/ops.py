@@ -238,7 +238,8 @@ def commit_tasks(
         reply = yield script("commit_tasks", [keys.root, keys.counts], args)
         for i, (snapshot, expect, _) in enumerate(batch):
             item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0,
-                                unique=snapshot.unique or "")  # fmt: skip
+                                unique=snapshot.unique or "",
+                                status=snapshot.status.value)  # fmt: skip
             results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
     return results
 

@@ -20,10 +20,12 @@ from chongming_redis.errors import (
     CommandNotFound,
     ConcurrencyConflict,
     CorruptRecord,
+    ParentNotFound,
     ScheduleConflict,
     StoreError,
     TaskAlreadyExists,
     UniqueTaken,
+    WaitingMove,
 )
 from chongming_redis.stores._feed import ahead
 
@@ -42,6 +44,7 @@ class Call:
     num_buckets: int = 0
     after: int = 0
     schedule_id: str = ""
+    status: str = ""
 
 
 #: Builds the exception of a failure from the call and the reply's elements after the code.
@@ -114,6 +117,14 @@ def _unique_taken(call: Call, rest: Sequence[Any]) -> StoreError:
     return UniqueTaken(call.unique, text(rest[0]))
 
 
+def _parent_missing(call: Call, rest: Sequence[Any]) -> StoreError:
+    return ParentNotFound(call.task_id, text(rest[0]))
+
+
+def _waiting_move(call: Call, rest: Sequence[Any]) -> StoreError:
+    return WaitingMove(call.task_id, text(rest[0]), call.status)
+
+
 def _command_exists(call: Call, rest: Sequence[Any]) -> StoreError:
     return CommandAlreadyExists(call.command_id)
 
@@ -139,18 +150,21 @@ CORRUPT = Code("a stored record does not decode; nothing written", _corrupt)
 BADARG = Code("the script refused its arguments (a bug of the caller); nothing written", _badarg)
 RETRIED = Code("this call's token is already there: a retry of a call that ran")
 UNIQUE = Code("another unfinished task holds the unique id (reply: its id)", _unique_taken)
+MISSING = Code("a WAITING task's parent does not exist (reply: its id)", _parent_missing)
+WAITINGMOVE = Code("a move into WAITING, or out of it to an unfinished status (reply: the"
+                   " stored status)", _waiting_move)  # fmt: skip
 _SHARED = {"CORRUPT": CORRUPT, "BADARG": BADARG}
 
 REPLIES: Mapping[str, Replies] = {
     "create": Replies(
         {"OK": Code("created"), "EXISTS": Code("another task has the id", _task_exists),
-         "UNIQUE": UNIQUE, **_SHARED},
+         "UNIQUE": UNIQUE, "MISSING": MISSING, **_SHARED},
         details={"APPLIED": RETRIED},
     ),
     "save": Replies(
         {"OK": Code("written"),
          "CONFLICT": Code("the stored version is another (or the task is missing)", _conflict),
-         "UNIQUE": UNIQUE, **_SHARED},
+         "UNIQUE": UNIQUE, "WAITINGMOVE": WAITINGMOVE, **_SHARED},
         details={"APPLIED": RETRIED},
     ),
     "touch": Replies(
@@ -201,6 +215,8 @@ REPLIES: Mapping[str, Replies] = {
             "CONFLICT": Code("the stored version is another (or the task is missing)", _conflict),
             "EXISTS": Code("a create whose id is taken", _task_exists),
             "UNIQUE": UNIQUE,
+            "MISSING": MISSING,
+            "WAITINGMOVE": WAITINGMOVE,
         },
     ),
     "changes": Replies(
@@ -215,6 +231,7 @@ REPLIES: Mapping[str, Replies] = {
          "UNIQUE": UNIQUE, **_SHARED},
     ),
     "delete_schedule": Replies({"OK": Code("whether it existed"), **_SHARED}),
+    "release_dependents": Replies({"OK": Code("children judged, parents left"), **_SHARED}),
 }  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from chongming_redis.stores._redis.replies import text
 from chongming_redis.stores._scalars import CANONICAL_INT
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
+    PARENT_COLUMNS,
     Primitive,
     Row,
     RowError,
@@ -261,7 +262,8 @@ def task_args(
     included; save never writes the lease. ``counted``: the pairs are preceded by their number
     (commit_tasks' layout). A create (``expect == ""``) sends no deletions: a new hash has
     nothing to delete."""
-    skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS)
+    # A save writes neither the lease nor the parents (fixed at creation).
+    skip = ("task_id",) if with_lease else ("task_id", *LEASE_COLUMNS, *PARENT_COLUMNS)
     columns = {c: v for c, v in row.items() if c not in skip}
     writes, deletes = task_hash_changes(columns, TASK_FIELDS)
     if expect == "":

@@ -93,5 +93,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "task_commands",
     "write_schedule",
     "delete_schedule",
+    "release_dependents",
 )
 READ_ONLY_SCRIPTS: frozenset[str] = frozenset({"query", "changes", "task_commands"})

@@ -69,7 +69,7 @@ def save(keys: Keys, snapshot: TaskSnapshot, expect_version: int) -> Plan[None]:
     args = task_args(row, expect_version)
     yield script("save", [keys.task(snapshot.task_id), keys.root], args,
                  task_id=snapshot.task_id, expected=expect_version,
-                 unique=snapshot.unique or "")  # fmt: skip
+                 unique=snapshot.unique or "", status=snapshot.status.value)  # fmt: skip
 
 
 def append(keys: Keys, transition: Transition) -> Plan[None]:
@@ -284,3 +284,13 @@ def record_task_types(keys: Keys, names: Collection[str]) -> Plan[None]:
     checked = check.check_task_type_names(names)
     if checked:
         yield Read(keys.types, "sadd", (keys.types, *sorted(checked)))
+
+
+def release_dependents(keys: Keys, limit: int) -> Plan[int]:
+    """One ``release_dependents`` script call (``lua/release_dependents.lua``)."""
+    reply = yield script("release_dependents", [keys.root, keys.releases], [limit])
+    return int(reply[1])
+
+
+def release_backlog(keys: Keys) -> Plan[int]:
+    return int((yield Read(keys.releases, "zcard", (keys.releases,))))

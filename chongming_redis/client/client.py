@@ -41,6 +41,7 @@ from chongming_redis.client.flows import (
     query_of,
 )
 from chongming_redis.client.schedules import Schedules
+from chongming_redis.client.workflows import Workflow
 from chongming_redis.model import CommandKind, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App, TaskType
@@ -168,15 +169,22 @@ class Client(ClientFlows):
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
         retention: float | timedelta | None = None,
+        after: Iterable[Any] = (),
+        on_parent_failure: str = "stop",
     ) -> TaskHandle:
         """Create one ``PENDING`` task; validated (name, parameters, options) before anything
         is written. ``delay`` (seconds) or ``not_before``: no worker starts it earlier.
         ``priority`` (-100..100; default: the task type's, else 0): higher starts first among
-        due tasks."""
+        due tasks. ``after`` (handles or ids of existing tasks): created ``WAITING``, released
+        to ``PENDING`` once every parent ``SUCCEEDED``; with ``on_parent_failure="stop"`` (the
+        default) a parent that ends otherwise ends it ``STOPPED``, with ``"run"`` it runs once
+        every parent has ended (``ParentNotFound``: a parent that does not exist; nothing
+        written)."""
         flow = self._submit_flow(task, params, key=key, tags=tags, task_id=task_id,
                                  pipeline_run_id=pipeline_run_id, delay=delay,
                                  not_before=not_before, priority=priority, unique=unique,
-                                 retry=retry, timeout=timeout, retention=retention)  # fmt: skip
+                                 retry=retry, timeout=timeout, retention=retention,
+                                 after=after, on_parent_failure=on_parent_failure)  # fmt: skip
         new_id, created = self._drive(flow)
         return TaskHandle(self, new_id, created=created)
 
@@ -193,13 +201,16 @@ class Client(ClientFlows):
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
         retention: float | timedelta | None = None,
+        after: Iterable[Any] = (),
+        on_parent_failure: str = "stop",
     ) -> builtins.list[TaskHandle]:
         """One task per parameter set (on Redis, 100 per round trip). Every set is validated
         before anything is written; an empty list writes nothing."""
         flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
                                       pipeline_run_id=pipeline_run_id, delay=delay,
                                       priority=priority, retry=retry, timeout=timeout,
-                                      retention=retention)  # fmt: skip
+                                      retention=retention, after=after,
+                                      on_parent_failure=on_parent_failure)  # fmt: skip
         return [TaskHandle(self, task_id) for task_id in self._drive(flow)]
 
     @property
@@ -207,6 +218,15 @@ class Client(ClientFlows):
         """The namespace's schedules: ``upsert``, ``get``, ``list``, ``pause``, ``resume``,
         ``trigger``, ``delete`` (``client/schedules.py``)."""
         return Schedules(self)
+
+    def workflow(self, pipeline_run_id: str | None = None) -> Workflow:
+        """A graph of tasks to build and ``submit()`` together (``client/workflows.py``):
+        ``add``, ``chain``, ``group``; its pipeline id is ``pipeline_run_id`` (default: a new
+        ``wf-...`` id)."""
+        return Workflow(self, self._run_workflow, pipeline_run_id)
+
+    def _run_workflow(self, workflow: Workflow) -> builtins.list[TaskHandle]:
+        return [TaskHandle(self, task_id) for task_id in self._drive(workflow.submit_flow())]
 
     def handle(self, task_id: str) -> TaskHandle:
         """A handle for a task submitted elsewhere (nothing is read)."""

@@ -42,6 +42,7 @@ from chongming_redis.client.flows import (
     adrive,
     query_of,
 )
+from chongming_redis.client.workflows import Workflow
 from chongming_redis.model import CommandKind, TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.runtime.app import App, TaskType
@@ -158,12 +159,15 @@ class AsyncClient(ClientFlows):
         retry: RetryPolicy | None = None,
         timeout: float | timedelta | None = None,
         retention: float | timedelta | None = None,
+        after: Iterable[Any] = (),
+        on_parent_failure: str = "stop",
     ) -> AsyncTaskHandle:
         """``Client.submit``."""
         flow = self._submit_flow(task, params, key=key, tags=tags, task_id=task_id,
                                  pipeline_run_id=pipeline_run_id, delay=delay,
                                  not_before=not_before, priority=priority, unique=unique,
-                                 retry=retry, timeout=timeout, retention=retention)  # fmt: skip
+                                 retry=retry, timeout=timeout, retention=retention,
+                                 after=after, on_parent_failure=on_parent_failure)  # fmt: skip
         new_id, created = await self._drive(flow)
         return AsyncTaskHandle(self, new_id, created=created)
 
@@ -177,12 +181,23 @@ class AsyncClient(ClientFlows):
         pipeline_run_id: str | None = None,
         delay: float | timedelta | None = None,
         priority: int | None = None,
+        after: Iterable[Any] = (),
+        on_parent_failure: str = "stop",
     ) -> builtins.list[AsyncTaskHandle]:
         """``Client.submit_many``."""
         flow = self._submit_many_flow(task, params_list, key=key, tags=tags,
                                       pipeline_run_id=pipeline_run_id, delay=delay,
-                                      priority=priority)  # fmt: skip
+                                      priority=priority, after=after,
+                                      on_parent_failure=on_parent_failure)  # fmt: skip
         return [AsyncTaskHandle(self, task_id) for task_id in await self._drive(flow)]
+
+    def workflow(self, pipeline_run_id: str | None = None) -> Workflow:
+        """``Client.workflow``; its ``submit()`` is awaited."""
+        return Workflow(self, self._run_workflow, pipeline_run_id)
+
+    async def _run_workflow(self, workflow: Workflow) -> builtins.list[AsyncTaskHandle]:
+        ids = await self._drive(workflow.submit_flow())
+        return [AsyncTaskHandle(self, task_id) for task_id in ids]
 
     def handle(self, task_id: str) -> AsyncTaskHandle:
         """A handle for a task submitted elsewhere (nothing is read, so not awaitable)."""

@@ -178,10 +178,11 @@ class ClientFlows:
     ) -> Flow[tuple[str, bool]]:
         """``(the task's id, created)``: with ``unique`` held by an unfinished task, that
         task's id and False (nothing written). ``policies``: ``NewTask``'s ``unique``,
-        ``retry``, ``timeout``, ``retention``."""
+        ``retry``, ``timeout``, ``retention``, ``after``, ``on_parent_failure``."""
         if policies.get("unique") is not None and not self._keeps_unique:
             raise ValueError(f"{self.store!r} does not keep unique ids (it is no "
                              "TaskPoliciesStore): submit without unique=")  # fmt: skip
+        policies = submission.with_parents(self.store, policies)
         name, task_type = yield from self._resolve_flow(task)
         now: datetime = yield Now()
         spec = submission.NewTask(name, params, key=key, tags=tags, task_id=task_id,
@@ -215,6 +216,7 @@ class ClientFlows:
     ) -> Flow[list[str]]:
         """The new tasks' ids; every parameter set is validated before anything is written.
         ``key``: every task's bucket key (one bucket for all; default: each task's id)."""
+        policies = submission.with_parents(self.store, policies)
         name, task_type = yield from self._resolve_flow(task)
         now: datetime = yield Now()
         when = not_before_of(now, delay, None)

@@ -23,6 +23,8 @@ class ControllerConfig:
     ``start_poll_interval``: how often the starter looks for work when not nudged.
     ``reconcile_interval``: how often expired leases are looked for.
     ``schedule_poll_interval``: how often the schedules of the buckets it holds are fired.
+    ``release_poll_interval``: how often the releases of wide fan-outs (more waiting children
+    than the write ending their parent moves itself) are continued (``runtime/releases.py``).
     ``progress_interval``: the supervisor's tick (progress and heartbeats are coalesced to it).
     ``stall_after``: a heartbeat older than this is reported as stalled (never made LOST).
     ``max_result_bytes``: the largest encoded result stored; a larger one fails the task.
@@ -40,6 +42,7 @@ class ControllerConfig:
     start_poll_interval: float = 1.0
     reconcile_interval: float = 5.0
     schedule_poll_interval: float = 0.5
+    release_poll_interval: float = 0.5
     progress_interval: float = 0.5
     stall_after: float = 300.0
     max_result_bytes: int = 1024 * 1024

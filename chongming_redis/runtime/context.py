@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from chongming_redis.model import Progress
+from chongming_redis.model import Progress, TaskSnapshot, TaskStatus
 from chongming_redis.outcomes import TaskInterrupted, TaskLost, TaskStopped
 from chongming_redis.policy import TaskTimeout
 
@@ -44,8 +44,27 @@ class TaskContext:
         self.beats = 0
         #: Called (from the controlling thread) after every stop, pause, resume or loss.
         self._watchers: list[Callable[[], None]] = []
+        #: The task's parents (``submit(after=...)``) and how to read one (the runner sets
+        #: both; a context made by hand has none).
+        self.parents: tuple[str, ...] = ()
+        self.read_task: Callable[[str], TaskSnapshot | None] | None = None
+        self._parent_results: dict[str, Any] | None = None
 
     # -- called by the task ----------------------------------------------------------------
+
+    def parent_results(self) -> dict[str, Any]:
+        """Task id -> result of each parent (``submit(..., after=...)``), in the order they
+        were given: read from the store at the first call, then kept. ``None`` for a parent
+        that did not succeed (a child runs after one only under ``on_parent_failure="run"``)
+        or no longer exists; ``{}`` for a task without parents."""
+        if self._parent_results is None:
+            read = self.read_task
+            found = {p: None if read is None else read(p) for p in self.parents}
+            self._parent_results = {
+                p: s.result if s is not None and s.status is TaskStatus.SUCCEEDED else None
+                for p, s in found.items()
+            }
+        return dict(self._parent_results)
 
     def checkpoint(
         self,

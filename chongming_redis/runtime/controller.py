@@ -52,13 +52,14 @@ from chongming_redis.runtime.held import HeldTasks
 from chongming_redis.runtime.loops import OUTAGE, every, store_name
 from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
+from chongming_redis.runtime.releases import release_pass, releaser
 from chongming_redis.runtime.retention import expire_finished
 from chongming_redis.runtime.runner import Runner
 from chongming_redis.runtime.schedule_loop import schedule_firer
 from chongming_redis.runtime.signals import ShutdownSignals
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.runtime.stranded import StrandedWarnings
-from chongming_redis.runtime.submission import NewTask, new_task
+from chongming_redis.runtime.submission import NewTask, new_task, with_parents
 from chongming_redis.runtime.supervisor import supervise
 from chongming_redis.runtime.timeouts import end_overdue
 from chongming_redis.runtime.writer import TaskWriter
@@ -158,11 +159,13 @@ class Controller:
     ) -> str:
         """Validate and create a ``PENDING`` task; returns its id (with ``unique`` held by an
         unfinished task: that task's id, nothing written). ``policies``: ``unique``, ``retry``,
-        ``timeout``, ``retention`` as ``Client.submit``. A bad submit creates nothing:
-        ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` / ``ValueError``."""
+        ``timeout``, ``retention``, ``after``, ``on_parent_failure`` as ``Client.submit``. A
+        bad submit creates nothing: ``UnknownTask`` / ``InvalidParams`` / ``TypeError`` /
+        ``ValueError``."""
         if policies.get("unique") is not None and not keeps_unique_ids(self.store):
             raise ValueError(f"{self.store!r} does not keep unique ids (it is no "
                              "TaskPoliciesStore): submit without unique=")  # fmt: skip
+        policies = with_parents(self.store, policies)
         snapshot, transition = self._new_task(name, params, key=key, tags=tags,
                                               task_id=task_id, pipeline_run_id=pipeline_run_id,
                                               not_before=not_before, priority=priority,
@@ -328,6 +331,11 @@ class Controller:
             loops.append(("committer", lambda: commit_finished(self.runner, running)))
         if firer is not None:
             loops.append(("schedules", lambda: firer.run(c.schedule_poll_interval, running)))
+        if (deps := releaser(self.store)) is not None:
+            loops.append(("releases", lambda: every(
+                c.release_poll_interval, lambda: release_pass(deps, wake=self._wake_starter.set),
+                running=running, wake=threading.Event(), what="continue releases",
+                events=events, operation="releases")))  # fmt: skip
         for name, loop in loops:
             thread = threading.Thread(target=loop, name=f"{self.owner}-{name}", daemon=True)
             thread.start()

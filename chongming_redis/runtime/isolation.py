@@ -45,10 +45,17 @@ class ChildFailed(Exception):
 class _ChildContext:
     """The ``ctx`` a task sees in the child: checkpoints go to the parent over a pipe."""
 
-    def __init__(self, conn: Connection, task_id: str, attempt: int) -> None:
+    def __init__(
+        self, conn: Connection, task_id: str, attempt: int, parents: dict[str, Any]
+    ) -> None:
         self._conn = conn
         self.task_id = task_id
         self.attempt = attempt
+        self._parents = parents
+
+    def parent_results(self) -> dict[str, Any]:
+        """``TaskContext.parent_results``, read by the parent before the child began."""
+        return dict(self._parents)
 
     def checkpoint(
         self,
@@ -64,11 +71,16 @@ class _ChildContext:
 
 
 def _child_main(
-    conn: Connection, fn_ref: tuple[str, str], params: Any, task_id: str, attempt: int
+    conn: Connection,
+    fn_ref: tuple[str, str],
+    params: Any,
+    task_id: str,
+    attempt: int,
+    parents: dict[str, Any],
 ) -> None:
     try:
         fn = _resolve(fn_ref)
-        result = fn(_ChildContext(conn, task_id, attempt), params)
+        result = fn(_ChildContext(conn, task_id, attempt, parents), params)
         conn.send(("result", result))
     except BaseException as exc:
         conn.send(
@@ -98,9 +110,10 @@ def run_in_process(ctx: TaskContext, fn: Any, params: Any, poll: float = 0.05) -
     ``ChildFailed`` if the task raised."""
     spawn = multiprocessing.get_context("spawn")
     parent_end, child_end = spawn.Pipe(duplex=False)
+    parents = ctx.parent_results() if ctx.parents else {}  # the child has no store
     child = spawn.Process(
         target=_child_main,
-        args=(child_end, _reference(fn), params, ctx.task_id, ctx.attempt),
+        args=(child_end, _reference(fn), params, ctx.task_id, ctx.attempt, parents),
         daemon=True,
     )
     child.start()

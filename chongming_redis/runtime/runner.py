@@ -171,6 +171,7 @@ class Runner:
         ``renewed_at``: when its lease was written, if the start wrote it."""
         running = fill_policies(running, self.app.types.get(running.name))
         ctx = TaskContext(running.task_id, running.attempt, self.writer.owner)
+        ctx.parents, ctx.read_task = running.parents, self.writer.store.get
         if running.timeout is not None:  # from the start call: at or after the store's start
             ctx.set_timeout(running.timeout, renewed_at or time.monotonic())
         held = Held(running, running.status_version, ctx, pending=list(pending))

@@ -14,6 +14,7 @@ from typing import Any
 from chongming_redis.limits import BoundLimit, refs_for
 from chongming_redis.model import CommandKind, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
+from chongming_redis.parents import check_parent_failure, check_parents
 from chongming_redis.policy import (
     MAX_RETENTION,
     MAX_TIMEOUT,
@@ -24,6 +25,7 @@ from chongming_redis.runtime.app import App, TaskType
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.held import advance, holder
 from chongming_redis.stores.codec import encode_payload
+from chongming_redis.stores.extensions import keeps_dependencies
 from chongming_redis.validation import check_optional_identifier, check_priority
 
 #: Statuses a task can be retried from by hand (``Client.retry``, ``chongming-redis retry``).
@@ -49,6 +51,9 @@ class NewTask:
     retention: float | timedelta | None = None
     #: Created only while no unfinished task holds this id (``Client.submit(unique=...)``).
     unique: str | None = None
+    #: The parents' task ids (``Client.submit(after=...)``): created ``WAITING`` for them.
+    after: tuple[str, ...] = ()
+    on_parent_failure: str = "stop"
 
 
 def resolve(app: App | None, task: str | TaskType) -> tuple[str, TaskType | None]:
@@ -84,20 +89,52 @@ def new_task(
         0 if task_type is None else task_type.priority)  # fmt: skip
     task_id = spec.task_id or secrets.token_hex(10)
     unique = check_optional_identifier(spec.unique, "unique")
+    parents = check_parents(spec.after)
+    status = TaskStatus.WAITING if parents else TaskStatus.PENDING
+    if task_id in parents:
+        raise ValueError(f"task {task_id!r} cannot wait for itself")
     snapshot = TaskSnapshot(
-        task_id=task_id, name=spec.name, status=TaskStatus.PENDING, status_version=1,
+        task_id=task_id, name=spec.name, status=status, status_version=1,
         created_at=now, updated_at=now, tags=frozenset(spec.tags),
         # A unique id routes like a key: its tasks share one bucket (and one owner).
         bucket=buckets.bucket_for(spec.key or unique or task_id), key=spec.key,
         pipeline_run_id=spec.pipeline_run_id, params=stored, not_before=spec.not_before,
-        priority=check_priority(priority), unique=unique, limits=refs,
+        priority=check_priority(priority), unique=unique, limits=refs, parents=parents,
+        on_parent_failure=check_parent_failure(spec.on_parent_failure),
         **frozen_policies(spec, task_type),
     )  # fmt: skip
     encode_payload(stored, "params")  # refuse an oversized or unencodable payload now
-    transition = Transition(
-        task_id, 1, None, TaskStatus.PENDING, now, f"submitted by {submitted_by}"
-    )
+    transition = Transition(task_id, 1, None, status, now, submitted_reason(submitted_by, parents))
     return snapshot, transition
+
+
+def submitted_reason(submitted_by: str, parents: tuple[str, ...]) -> str:
+    """The first history entry's reason; a waiting task's names its first parents."""
+    if not parents:
+        return f"submitted by {submitted_by}"
+    named = ", ".join(parents[:3]) + (f" and {len(parents) - 3} more" if len(parents) > 3 else "")
+    return f"submitted by {submitted_by}, after {named}"
+
+
+def with_parents(store: object, policies: dict[str, Any]) -> dict[str, Any]:
+    """``policies`` with ``after`` as task ids (``parent_ids``); ``TypeError`` when it names
+    parents and ``store`` keeps no dependencies (nothing would ever release the task)."""
+    after = policies.get("after")
+    if after is None:
+        return policies
+    parents = parent_ids(after)
+    if parents and not keeps_dependencies(store):
+        raise TypeError(f"{type(store).__name__} keeps no dependencies (it is no "
+                        "DependenciesStore): submit without after=")  # fmt: skip
+    return {**policies, "after": parents}
+
+
+def parent_ids(after: Iterable[object]) -> tuple[str, ...]:
+    """Task ids from what ``after=`` takes: ids, handles (``.task_id``) or workflow nodes."""
+    if isinstance(after, str | bytes):
+        raise TypeError("after must be a list of tasks (ids or handles), not one string")
+    ids: list[Any] = [getattr(item, "task_id", item) for item in after]
+    return tuple(ids)  # check_parents (new_task) checks each is an id
 
 
 def frozen_policies(spec: NewTask, task_type: TaskType | None) -> dict[str, Any]:
@@ -165,6 +202,8 @@ def unchanged(snapshot: TaskSnapshot, kind: CommandKind) -> str:
     same words a holder answers with (``already-paused``, ``not-paused``)."""
     if kind is CommandKind.PAUSE and snapshot.status is TaskStatus.PAUSED:
         return "already-paused"
+    if snapshot.status is TaskStatus.WAITING:  # only a stop applies while it waits
+        return "waiting"
     if kind is CommandKind.RESUME and snapshot.status is not TaskStatus.PAUSED:
         return "not-paused"
     return "no-change"

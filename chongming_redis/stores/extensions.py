@@ -403,6 +403,15 @@ def keeps_unique_ids(store: object) -> bool:
     return isinstance(store, TaskPoliciesStore) or getattr(store, "keeps_unique_ids", False) is True
 
 
+def keeps_dependencies(store: object) -> bool:
+    """Whether ``store``'s writes keep dependencies (``submit(after=...)``): a
+    ``DependenciesStore``, or a store that says so (``keeps_dependencies = True``: the async
+    Redis store, whose writes are the Redis store's scripts)."""
+    return (
+        isinstance(store, DependenciesStore) or getattr(store, "keeps_dependencies", False) is True
+    )
+
+
 def extensions_of(store: object) -> frozenset[str]:
     """The names of the extensions ``store`` implements."""
     return frozenset(name for name, proto in EXTENSIONS.items() if isinstance(store, proto))

@@ -51,6 +51,7 @@ class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
     #: Its create and commit scripts are the Redis store's: they keep unique ids (refused as
     #: ``UniqueTaken``), though it offers no ``TaskPoliciesStore`` reads (a producer's store).
     keeps_unique_ids = True
+    keeps_dependencies = True
 
     def __init__(
         self,

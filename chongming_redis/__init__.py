@@ -14,6 +14,7 @@ from chongming_redis.errors import (
     ConcurrencyConflict,
     CorruptRecord,
     InvalidCursor,
+    ParentNotFound,
     ScheduleConflict,
     ScheduleNotFound,
     StoreClosed,
@@ -21,6 +22,7 @@ from chongming_redis.errors import (
     StoreUnavailable,
     TaskAlreadyExists,
     UniqueTaken,
+    WaitingMove,
 )
 from chongming_redis.limits import Concurrency, LimitConflict, LimitKeyError, RateLimit
 from chongming_redis.model import (
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from chongming_redis.client.client import Client
     from chongming_redis.client.client_async import AsyncClient
     from chongming_redis.client.flows import CommandTimeout, TaskNotFinished, TaskNotFound
+    from chongming_redis.client.workflows import Node, Workflow
     from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.context import TaskContext
@@ -77,8 +80,10 @@ __all__ = [
     "InvalidParams",
     "LimitConflict",
     "LimitKeyError",
+    "Node",
     "NonRetryable",
     "Overlap",
+    "ParentNotFound",
     "PostgresTaskStore",
     "Progress",
     "RateLimit",
@@ -108,6 +113,8 @@ __all__ = [
     "Transition",
     "UniqueTaken",
     "UnknownTask",
+    "WaitingMove",
+    "Workflow",
 ]
 
 _LAZY = {
@@ -118,6 +125,8 @@ _LAZY = {
     "TaskNotFound": "chongming_redis.client.flows",
     "TaskNotFinished": "chongming_redis.client.flows",
     "CommandTimeout": "chongming_redis.client.flows",
+    "Workflow": "chongming_redis.client.workflows",
+    "Node": "chongming_redis.client.workflows",
     "InvalidParams": "chongming_redis.runtime.app",
     "UnknownTask": "chongming_redis.runtime.app",
     "RedisTaskStore": "chongming_redis.stores.redis",

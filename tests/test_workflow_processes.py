@@ -79,12 +79,12 @@ def test_graphs_hold_across_a_sigkill_of_a_branchs_worker(
         workers.spawn(options)
         ids = [a, b, c, d, bad, *lost, root, *fan, join]
         wait_until("every task to finish",
-                   lambda: all((s := store.get(getattr(t, "task_id"))) is not None
+                   lambda: all((s := store.get(t.task_id)) is not None
                                and s.status.is_terminal for t in ids), 90,
                    workers.logs)  # fmt: skip
     finally:
         workers.stop_all(timeout=15)
-    status = {getattr(t, "task_id"): store.get(getattr(t, "task_id")).status for t in ids}
+    status = {t.task_id: store.get(t.task_id).status for t in ids}
     assert [status[t.task_id] for t in (a, b, c, d, bad)] == [S, S, S, S, TaskStatus.FAILED]
     assert [status[t.task_id] for t in lost] == [TaskStatus.STOPPED] * 2
     assert all(status[n.task_id] is S for n in (root, *fan, join))

@@ -217,6 +217,21 @@ def test_unsafe_workers_ignoring_the_task_policies_are_caught(tmp_path: Path) ->
     assert rc != 0
 
 
+@pytest.mark.slow
+@pytest.mark.redis
+def test_an_unsafe_driver_ignoring_the_parents_is_caught(tmp_path: Path) -> None:
+    # the fifth negative control: the graphs submitted without their edges, as a store that
+    # keeps no dependencies would run them (60 tasks: four graphs and the wide fan-out)
+    rc, report = _run_stress(
+        tmp_path, "--workers=2", "--tasks=60", "--seconds=8", "--seed=7", unsafe="ignore-parents"
+    )
+    assert report["unsafe"] == "ignore-parents"
+    assert report["graph_children"] >= 120 + 1 + 4 * 3
+    assert report["early_releases"] >= report["graph_children"], report["violation_examples"]
+    assert report["children_released"] == 0
+    assert rc != 0
+
+
 # -- the seed matrix --------------------------------------------------------------------------
 
 

@@ -38,7 +38,9 @@ burst=1)``), whose functions also record the server's ``TIME`` as they begin
 (``stress:<ns>:began``: ``<task>|<attempt>|<s>|<us>``, after the start landed:
 ``limit_checks``). A fourth control, ``ignore-limits``: the workers never record the limit
 definitions (``RedisTaskStore.record_limits`` does nothing), so the store's start limits
-nothing (a ref whose limit id is not recorded limits nothing).
+nothing (a ref whose limit id is not recorded limits nothing). A fifth, ``ignore-parents``: the
+driver submits the dependencies' graphs (``producer.graph_clumps``) without their edges, as a
+store that keeps none would run them (``dependency_checks``).
 """
 
 from __future__ import annotations

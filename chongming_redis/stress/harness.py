@@ -53,6 +53,7 @@ from chongming_redis.stress.plumbing import (
 )
 from chongming_redis.stress.policy_report import PolicyRun
 from chongming_redis.stress.producer import (
+    graph_clumps,
     limit_clumps,
     submit_until_known,
     unacknowledged,
@@ -209,6 +210,7 @@ def run(opts: Options) -> dict[str, Any]:
         clock_of=lambda pid: stress_app.clock_of(store.client, namespace, pid),
     )  # fmt: skip
     submitted: list[str] = []  # every id the driver tried (acknowledged or not)
+    planned_edges: dict[str, tuple[tuple[str, ...], str]] = {}  # child -> (parents, policy)
     acked_tasks: list[str] = []  # the tasks known to exist
     acked_submits: list[str] = []  # every acknowledged submit (a unique one may create none)
     unsafe = opts.unsafe or os.environ.get(stress_app.UNSAFE_ENV)
@@ -218,9 +220,15 @@ def run(opts: Options) -> dict[str, Any]:
     stop_load = threading.Event()
 
     def submit(task_id: str, params: dict[str, Any], name: str = "step",
-               unique: str | None = None) -> None:  # fmt: skip
+               unique: str | None = None, after: tuple[str, ...] = (),
+               on_failure: str = "stop") -> None:  # fmt: skip
         submitted.append(task_id)
-        returned = submit_until_known(driver, task_id, params, log, name=name, unique=unique)
+        if after:
+            planned_edges[task_id] = (after, on_failure)
+        if unsafe == "ignore-parents":  # a store that keeps no dependencies: all run at once
+            after = ()
+        returned = submit_until_known(driver, task_id, params, log, name=name, unique=unique,
+                                      after=after, on_failure=on_failure)  # fmt: skip
         if returned is None:
             return
         acked_submits.append(task_id)
@@ -238,6 +246,9 @@ def run(opts: Options) -> dict[str, Any]:
             submit(planned.task_id, planned.params, planned.name, planned.unique)
             for extra in limit_clumps(i):  # the limits' tasks, beside the load
                 submit(extra.task_id, extra.params, extra.name)
+            for node in graph_clumps(i):  # the dependencies' graphs, beside it too
+                submit(node.task_id, node.params, node.name, after=node.after,
+                       on_failure=node.on_failure)  # fmt: skip
         # The faults run one after another, so in a short window the last ones can start after
         # the planned load ended (a lease holder pause needs a RUNNING task): keep a trickle of
         # filler tasks (x00000, ...) coming until the nemesis is done — however long it takes
@@ -341,7 +352,7 @@ def run(opts: Options) -> dict[str, Any]:
     report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency,
                      quiet=quiet_between(faults, log.wall0, opts.task_lease,
                                          opts.outside_faults),
-                     policies=policies)  # fmt: skip
+                     policies=policies, graphs=planned_edges)  # fmt: skip
     report.update(
         # every acknowledged submit: a task created, or (unique) the holder's id returned
         submitted=len(acked_submits),

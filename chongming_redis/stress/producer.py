@@ -44,6 +44,9 @@ class Planned:
     name: str
     params: dict[str, Any]
     unique: str | None = None
+    #: the parents it waits for (``submit(after=...)``) and its ``on_parent_failure``
+    after: tuple[str, ...] = ()
+    on_failure: str = "stop"
 
 
 def workload(i: int, rng: random.Random) -> Planned:
@@ -90,6 +93,43 @@ def limit_clumps(i: int) -> list[Planned]:
     return []
 
 
+#: The submit after which the one wide fan-out of a run comes (its root, its children, a join).
+FAN_OUT_AT, FAN_OUT_WIDTH = 40, 120
+
+
+def graph_clumps(i: int) -> list[Planned]:
+    """The dependencies' tasks (issue 28), submitted right after the ``i``-th submit of
+    ``workload`` like the limits' clumps, parents first (ids ``g<i><letter>``): after
+    ``30k + 17`` a diamond of ``step`` (``a``; ``b``, ``c`` after it; ``d`` after both); after
+    ``+ 27`` a parent that fails for good (``flaky`` failing every attempt), a chain of two
+    ``"stop"`` children after it (both must end ``STOPPED`` and never start) and a ``"run"``
+    child (it runs once the parent has failed); after submit ``FAN_OUT_AT`` one fan-out of
+    ``FAN_OUT_WIDTH`` short steps after a root, and a join after all of them (wider than one
+    write releases: the workers' release loop finishes it under the faults)."""
+    at, quick = i % 30, {"steps": 3, "ms": 20}
+    g = f"g{i:05d}"
+    found: list[Planned] = []
+    if at == 17:
+        found += [Planned(f"{g}a", "step", quick),
+                  Planned(f"{g}b", "step", quick, after=(f"{g}a",)),
+                  Planned(f"{g}c", "step", quick, after=(f"{g}a",)),
+                  Planned(f"{g}d", "step", quick, after=(f"{g}b", f"{g}c"))]  # fmt: skip
+    if at == 27:
+        found += [Planned(f"{g}f", "flaky", {**quick, "fail_until": 99}),
+                  Planned(f"{g}s", "step", quick, after=(f"{g}f",)),
+                  Planned(f"{g}t", "step", quick, after=(f"{g}s",)),
+                  Planned(f"{g}r", "step", quick, after=(f"{g}f",), on_failure="run")]  # fmt: skip
+    if i == FAN_OUT_AT:
+        kids = [Planned(f"{g}k{n:03d}", "step", {"steps": 1, "ms": 5}, after=(f"{g}w",))
+                for n in range(FAN_OUT_WIDTH)]  # fmt: skip
+        found += [
+            Planned(f"{g}w", "step", quick),
+            *kids,
+            Planned(f"{g}j", "step", quick, after=tuple(k.task_id for k in kids)),
+        ]
+    return found
+
+
 def submit_until_known(
     driver: Controller,
     task_id: str,
@@ -98,6 +138,8 @@ def submit_until_known(
     *,
     name: str = "step",
     unique: str | None = None,
+    after: tuple[str, ...] = (),
+    on_failure: str = "stop",
     patience: float = PATIENCE_SECONDS,
 ) -> str | None:
     """Submit ``name`` as ``task_id``; once acknowledged, the id it returned (``task_id``, or
@@ -107,6 +149,8 @@ def submit_until_known(
     deadline = time.monotonic() + patience
     unsure = False  # an earlier attempt may have created it
     policies: dict[str, Any] = {"unique": unique} if unique is not None else {}
+    if after:
+        policies.update(after=after, on_parent_failure=on_failure)
     sent_at = driver.clock.now().timestamp()
 
     def acked(returned: str, **more: Any) -> str:

@@ -15,6 +15,7 @@ from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
 from chongming_redis.stress import (
     checkers,
+    dependency_checks,
     feed_watch,
     limit_checks,
     policy_report,
@@ -50,6 +51,11 @@ VIOLATION_KINDS = (
     "tick_double_fires",
     "tick_gaps",
     "early_ticks",
+    # the dependencies (stress/dependency_checks.py)
+    "early_releases",
+    "wrong_releases",
+    "waiting_exits",
+    "stuck_waiting",
 )
 
 #: The workers' start interval (``ControllerConfig.start_poll_interval``, the CLI's default).
@@ -74,6 +80,7 @@ def collect(
     *,
     policies: PolicyRun,
     quiet: Callable[[float, float], bool] = lambda since, until: True,
+    graphs: dependency_checks.Edges | None = None,
 ) -> dict[str, Any]:
     """Read the ground truth from Redis and run every checker (``slots``: each worker's;
     ``policies``: the workers' policy settings and the feed watch). A task its retention
@@ -124,6 +131,8 @@ def collect(
         None if beat is None else beat.state, store.query(TaskQuery(name=stress_app.BEAT.task))
     )
     found += tick_found
+    graph_found, graph_counts = dependency_checks.check_graphs(graphs or {}, known, histories)
+    found += graph_found
     counts = checkers.count(found)
     statuses = Counter(s.status.value for s in known.values() if s is not None)
     retried = sum(
@@ -140,7 +149,7 @@ def collect(
         "failed": statuses.get("failed", 0),
         "stopped": statuses.get("stopped", 0),
         "lost": statuses.get("lost", 0),
-        "unfinished": sum(statuses.get(s, 0) for s in ("pending", "running", "paused")),
+        "unfinished": sum(statuses.get(s, 0) for s in ("waiting", "pending", "running", "paused")),
         # why tasks failed (the step never fails by itself: each is a store or worker error)
         "failure_types": failure_types(known),
         "retried": retried,
@@ -161,6 +170,7 @@ def collect(
         **policy_counts,
         **limit_counts,
         **tick_counts,
+        **graph_counts,
     }
     for kind in VIOLATION_KINDS:
         report[kind] = counts.get(kind, 0)

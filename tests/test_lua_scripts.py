@@ -97,7 +97,8 @@ def test_scripts_are_expanded_once_and_cached() -> None:
 def test_every_writing_protocol_method_has_its_own_script_file() -> None:
     plain_reads = {"get", "counts", "history", "close"}
     runtime_scripts = {"pool_tick", "start_tasks", "commit_tasks", "changes", "upgrade_start_order",
-                       "expire_finished", "write_schedule", "delete_schedule"}  # fmt: skip
+                       "expire_finished", "write_schedule", "delete_schedule",
+                       "release_dependents"}  # fmt: skip
     dashboard_reads = {"task_commands"}  # CommandInspectingStore: ids, then their hashes
     expected = {m for m in PROTOCOL_METHODS if m not in plain_reads} | runtime_scripts
     expected |= dashboard_reads

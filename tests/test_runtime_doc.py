@@ -21,7 +21,7 @@ def test_the_workflows_example_runs_and_prints_what_it_says() -> None:
     (code,) = re.findall(r"```python\n(.*?)```", section("Workflows"), re.S)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "docs/runtime.md#workflows", "exec"), {})  # noqa: S102
+        exec(compile(code, "docs/runtime.md#workflows", "exec"), {})
     lines = out.getvalue().splitlines()
     assert lines == ["bytes: 35", str(["succeeded"] * 4), "stopped 0"]
     claimed = re.findall(r"# (bytes: 35|all succeeded|stopped 0)", code)

@@ -28,8 +28,20 @@ from typing import Any
 import psycopg
 import pytest
 
-from chongming_redis import InMemoryTaskStore, StoreClosed, TaskQuery, TaskSnapshot, Tombstone
-from chongming_redis.errors import ConcurrencyConflict, TaskAlreadyExists, UniqueTaken
+from chongming_redis import (
+    InMemoryTaskStore,
+    StoreClosed,
+    TaskQuery,
+    TaskSnapshot,
+    TaskStatus,
+    Tombstone,
+)
+from chongming_redis.errors import (
+    ConcurrencyConflict,
+    ParentNotFound,
+    TaskAlreadyExists,
+    UniqueTaken,
+)
 from chongming_redis.policy import RetryPolicy
 from chongming_redis.stores._sql.pg_connection import POSTGRES, _bound
 from chongming_redis.stores._sql.rows import values_of
@@ -41,6 +53,7 @@ from chongming_redis.stores._sql.schema import (
     version_table,
 )
 from chongming_redis.stores.codec import (
+    PARENT_COLUMNS,
     SNAPSHOT_COLUMNS,
     command_to_row,
     encode_dt,
@@ -457,16 +470,18 @@ def _insert(database: Database, table: str, row: dict[str, Any]) -> None:
 
 
 _POLICY_COLUMNS = ("retry_policy", "timeout_s", "deadline", "retention_s", "unique_id")
-#: The columns a database of each old version lacks (version 4 added ``limit_refs``).
+#: The columns a database of each old version lacks (version 4 added ``limit_refs``, version 7
+#: ``parents`` and ``on_parent_failure``).
 _NEWER = {
-    1: ("priority", *_POLICY_COLUMNS, "limit_refs"),
-    2: (*_POLICY_COLUMNS, "limit_refs"),
-    3: ("limit_refs",),
-    4: (),  # version 5 added a table (schedules), no column
+    1: ("priority", *_POLICY_COLUMNS, "limit_refs", *PARENT_COLUMNS),
+    2: (*_POLICY_COLUMNS, "limit_refs", *PARENT_COLUMNS),
+    3: ("limit_refs", *PARENT_COLUMNS),
+    4: PARENT_COLUMNS,  # version 5 added a table (schedules), no column
+    6: PARENT_COLUMNS,  # version 6 added ``parked``, which no snapshot carries
 }
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 6])
 def test_an_old_database_upgrades_in_place_and_keeps_its_rows(
     database: Database, version: int
 ) -> None:
@@ -487,6 +502,11 @@ def test_an_old_database_upgrades_in_place_and_keeps_its_rows(
         assert store.expire_finished(now=at(10**6)) == []
         assert store.prune(keep_terminal=0) == 1 and store.get("old-done") is None
         assert store.task_commands("old-done") == [] and store.get_command("c-old") is not None
+        # The dependencies' columns and tables (version 7) work on the upgraded rows.
+        store.create(snapshot("after-new", status=TaskStatus.WAITING, parents=("new",)))
+        raises(ParentNotFound, store.create, snapshot("orphan", status=TaskStatus.WAITING,
+                                                      parents=("old-done",)))  # fmt: skip
+        assert store.get("after-new").status is TaskStatus.WAITING  # type: ignore[union-attr]
     finally:
         store.close()
     again = database.open()  # reopening migrates nothing more

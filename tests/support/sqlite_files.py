@@ -26,6 +26,7 @@ SQLITE_EXTENSIONS = frozenset(
         "TaskPoliciesStore",
         "LimitsStore",
         "SchedulesStore",
+        "DependenciesStore",
     }
 )
 

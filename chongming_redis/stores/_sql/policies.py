@@ -24,7 +24,7 @@ from chongming_redis.stores._sql import tasks
 from chongming_redis.stores._sql import unique as uniques
 from chongming_redis.stores._sql.feed import FeedPositions
 from chongming_redis.stores._sql.rows import integer
-from chongming_redis.stores._sql.schema import Tx
+from chongming_redis.stores._sql.schema import UNPINNED, Tx
 from chongming_redis.stores.codec import decode_dt, encode_dt
 from chongming_redis.validation import MAX_EPOCH_US, check_dt, check_identifier
 
@@ -61,11 +61,13 @@ class SqlPolicies:
 def expire(tx: Tx, feed: FeedPositions, now: datetime, limit: int) -> list[str]:
     """Pick (and lock) the first ``limit`` expired tasks by ``(expires_at, task_id)`` and
     remove them; returns their ids in that order. Only a final task with a retention has an
-    ``expires_at``, so nothing unfinished or kept forever is ever picked."""
+    ``expires_at``, so nothing unfinished or kept forever is ever picked; a parent of an
+    unfinished child is passed over (``schema.UNPINNED``) until that child ends."""
     feed.lock()  # the head before any task row (FeedPositions.lock)
     doomed = tx.rows(
         "SELECT task_id, name, bucket FROM tasks WHERE expires_at IS NOT NULL"
-        f" AND expires_at <= ? ORDER BY expires_at, task_id LIMIT ?{tx.dialect.for_update}",
+        f" AND expires_at <= ? AND {UNPINNED}"
+        f" ORDER BY expires_at, task_id LIMIT ?{tx.dialect.for_update}",
         [encode_dt(now), limit],
     )
     return tasks.remove(tx, feed, doomed, now)
@@ -73,10 +75,13 @@ def expire(tx: Tx, feed: FeedPositions, now: datetime, limit: int) -> list[str]:
 
 def backlog(tx: Tx, cutoff: int) -> tuple[int, datetime | None]:
     ((due,),) = tx.rows(
-        "SELECT COUNT(*) FROM tasks WHERE expires_at IS NOT NULL AND expires_at <= ?", [cutoff]
+        "SELECT COUNT(*) FROM tasks WHERE expires_at IS NOT NULL AND expires_at <= ?"
+        f" AND {UNPINNED}",
+        [cutoff],
     )
     ((first,),) = tx.rows(
-        "SELECT MIN(expires_at) FROM tasks WHERE expires_at IS NOT NULL AND expires_at > ?",
+        "SELECT MIN(expires_at) FROM tasks WHERE expires_at IS NOT NULL AND expires_at > ?"
+        f" AND {UNPINNED}",
         [cutoff],
     )
     return int(due), None if first is None else _expiry(first)

@@ -17,6 +17,7 @@ from chongming_redis.stores._sql.schema import FINAL_STATUSES
 from chongming_redis.stores.codec import (
     COMMAND_COLUMNS,
     LEASE_COLUMNS,
+    PARENT_COLUMNS,
     SNAPSHOT_COLUMNS,
     TRANSITION_COLUMNS,
     Primitive,
@@ -31,8 +32,11 @@ T = TypeVar("T")
 
 #: Columns whose numbers are stored as text (``repr`` of a float, ``str`` of an int).
 NUMBER_COLUMNS = frozenset({"progress_current", "progress_total"})
-#: What ``save`` writes: every column but the lease (``touch`` owns it; store guide §2.3).
-SAVE_COLUMNS: tuple[str, ...] = tuple(c for c in SNAPSHOT_COLUMNS if c not in LEASE_COLUMNS)
+#: What ``save`` writes: every column but the lease (``touch`` owns it; store guide §2.3) and
+#: the parents (fixed at creation: ``DependenciesStore``).
+SAVE_COLUMNS: tuple[str, ...] = tuple(
+    c for c in SNAPSHOT_COLUMNS if c not in LEASE_COLUMNS and c not in PARENT_COLUMNS
+)
 
 
 def quoted(columns: Sequence[str]) -> str:

@@ -321,10 +321,18 @@ def _v7(d: Dialect) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS task_edges (
             child_id {t} NOT NULL, parent_id {t} NOT NULL, met {n} NOT NULL,
             PRIMARY KEY (child_id, parent_id))""",
-        "CREATE INDEX IF NOT EXISTS task_edges_by_parent ON task_edges (parent_id, met)",
+        # A parent's waiting children in a stable order, and whether it is pinned.
+        "CREATE INDEX IF NOT EXISTS task_edges_by_parent ON task_edges (parent_id, met, child_id)",
+        # Whether a child has a parent left to end (a wide fan-in: one probe, not a scan).
+        "CREATE INDEX IF NOT EXISTS task_edges_unmet ON task_edges (child_id, met)",
         f"""CREATE TABLE IF NOT EXISTS edge_releases (
             parent_id {t} PRIMARY KEY, outcome {t} NOT NULL, at_us {n} NOT NULL)""",
     ]
+
+
+#: The condition "this ``tasks`` row is no parent of an unfinished child" (edge rows exist only
+#: while the child is unfinished): what ``prune`` and the expiry may remove.
+UNPINNED = "NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = tasks.task_id)"
 
 
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.

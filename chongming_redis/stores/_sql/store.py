@@ -38,6 +38,7 @@ from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import check_page_limit, parse_cursor
 from chongming_redis.stores._sql import commands, limits, pool, tasks
 from chongming_redis.stores._sql import feed as feeds
+from chongming_redis.stores._sql.dependencies import Duties, SqlDependencies
 from chongming_redis.stores._sql.feed import FeedPositions
 from chongming_redis.stores._sql.limits import SqlLimits
 from chongming_redis.stores._sql.policies import SqlPolicies
@@ -62,7 +63,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules):
+class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules, SqlDependencies):
     #: Tasks one ``prune`` transaction drops at most (a long prune never holds the write lock
     #: for long; each batch re-reads which tasks are beyond ``keep_terminal``).
     prune_batch = 500
@@ -91,18 +92,22 @@ class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules):
     def create(self, snapshot: TaskSnapshot) -> None:
         row = snapshot_to_row(check.check_snapshot(snapshot))
         with self._writing() as (tx, feed):
-            error = tasks.insert(tx, feed, row)
+            duties = Duties(tx, feed)
+            error = duties.before(row, None) or tasks.insert(tx, feed, row)
             if error is not None:
                 raise error
             limits.sync(tx, [(row, True)])
+            duties.after(row)
 
     def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
         row = snapshot_to_row(check.check_save(snapshot, expect_version))
         with self._writing() as (tx, feed):
-            error = tasks.save(tx, feed, row, expect_version)
+            duties = Duties(tx, feed)
+            error = duties.before(row, expect_version) or tasks.save(tx, feed, row, expect_version)
             if error is not None:
                 raise error
             limits.sync(tx, [(row, False)])
+            duties.after(row)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         check_identifier(task_id, "task_id")
@@ -224,7 +229,7 @@ class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules):
             for task, expect, entries in check.check_commit_items(items)
         ]
         with self._writing() as (tx, feed):
-            return tasks.commit(tx, feed, prepared)
+            return tasks.commit(tx, feed, prepared, Duties(tx, feed))
 
     def start_tasks(
         self,

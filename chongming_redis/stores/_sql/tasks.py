@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
+from typing import Protocol
 
 from chongming_redis.errors import ConcurrencyConflict, StoreError, TaskAlreadyExists
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
@@ -44,6 +45,7 @@ from chongming_redis.stores._sql.rows import (
 from chongming_redis.stores._sql.schema import (
     FINAL_STATUSES,
     MAX_IN_LIST,
+    UNPINNED,
     Dialect,
     Tx,
     held_unique,
@@ -88,6 +90,19 @@ _APPEND = (
     f"INSERT INTO history ({HISTORY_SELECT}) VALUES ({', '.join('?' * len(TRANSITION_COLUMNS))})"
     " ON CONFLICT (task_id, version) DO NOTHING"
 )
+
+
+class WriteDuties(Protocol):
+    """What a write of a task row owes beyond the row, judged around it in its transaction
+    (the dependencies: ``_sql/dependencies.py``'s ``Duties``, which the store passes in)."""
+
+    def before(self, row: Row, expect: int | None) -> StoreError | None:
+        """The refusal of writing ``row`` (a create when ``expect`` is ``None``), if any."""
+        ...
+
+    def after(self, row: Row) -> list[Row]:
+        """After ``row`` was written: the other task rows it moved (already written)."""
+        ...
 
 
 def _set_tags(tx: Tx, task_id: str, tags_json: str, *, replace: bool) -> None:
@@ -149,14 +164,19 @@ def append(tx: Tx, entries: Sequence[Row]) -> None:
 
 
 def commit(
-    tx: Tx, feed: FeedPositions, items: Sequence[tuple[Row, int | None, list[Row]]]
+    tx: Tx,
+    feed: FeedPositions,
+    items: Sequence[tuple[Row, int | None, list[Row]]],
+    duties: WriteDuties | None = None,
 ) -> list[StoreError | None]:
     """``commit_tasks``: each item created (``expect`` ``None``) or saved, with its history
     when written; a refused item writes nothing. Each item's version is judged against the
     state before the call (items name distinct tasks); unique ids in item order, as on every
     store: the holders of the ids the items would hold are read once, then follow each
     written item (one that finishes a holder frees its id for the items after it; one that
-    takes an id holds it for them)."""
+    takes an id holds it for them). ``duties`` judge each item as the items before it left
+    the rows (an item whose task an earlier item's release moved conflicts), and what they
+    move is followed as the items are."""
     feed.lock()  # the head before the holders are read (FeedPositions.lock)
     wanted = [u for row, _, _ in items if (u := claimed_unique(row)) is not None]
     before = uniques.holders(tx, wanted) if wanted else {}
@@ -165,14 +185,19 @@ def commit(
     for row, expect, entries in items:
         unique = claimed_unique(row)
         held_by = None if unique is None else before.get(unique)
-        if expect is None:
-            error = insert(tx, feed, row, held_by)
-        else:
-            error = save(tx, feed, row, expect, held_by)
+        error = None if duties is None else duties.before(row, expect)
+        if error is None:
+            error = (
+                insert(tx, feed, row, held_by)
+                if expect is None
+                else save(tx, feed, row, expect, held_by)
+            )
         if error is None:
             append(tx, entries)
             _follow(before, row)
             written.append((row, expect is None))
+            for moved in [] if duties is None else duties.after(row):
+                _follow(before, moved)
         results.append(error)
     limits.sync(tx, written)
     return results
@@ -298,6 +323,7 @@ def prune_batch(
     feed.lock()  # the head before any task row (FeedPositions.lock)
     d = tx.dialect
     in_terminal, params = d.member_of("status", list(FINAL_STATUSES))
+    in_terminal += f" AND {UNPINNED}"  # a parent of an unfinished child is kept
     ((count,),) = tx.rows(f"SELECT COUNT(*) FROM tasks WHERE {in_terminal}", params)
     excess = int(count) - keep
     if excess <= 0:

@@ -25,7 +25,8 @@ Replies
   item 'APPLIED'    this call's token is already there ('w', or 'ct' for a create, which a
                     worker's later write does not change): a retry (history entries still
                     missing are added)
-  item 'CONFLICT'   actual = the stored version ('' if the task does not exist); nothing
+  item 'CONFLICT'   actual = the stored version ('' if the task does not exist), or the
+                    version an end earlier in the call released the task at; nothing
                     written for the item
   item 'EXISTS'     a create whose id is taken; nothing written for the item
   item 'MISSING'    actual = a parent of the item (a WAITING create) that does not exist,
@@ -47,7 +48,8 @@ state before the call, its unique id after the items before it, in order); as sa
 (lib/feed), in item order; the unique records and the expiry entries (lib/policies) follow
 each written item, as in create and save; all validation happens before the first write.
 Dependencies (lib/dependencies): an item that ends a task applies that end to its waiting
-children, at most 100 children per call (each moved as a write of its own: version, history
+children before the next item is judged (a child written by an earlier item included; a later
+item naming a child so moved conflicts), at most 100 children per call (each moved as a write of its own: version, history
 entry, feed position, indexes), the rest noted in {ns}:drel for release_dependents; a WAITING
 create is released at once when the parents that ended already allow it (written one version
 up, with its entry).
@@ -98,9 +100,12 @@ for i = 1, tonumber(count) do
     -- One HMGET reads and type-checks the version, the token, the feed position, the index
     -- view and the policy view.
     local f, kind = try_read('HMGET', key, 'v', 'w', 'fs', 's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr',
-                             'u', 'rn', 'uq', 'lm', 'dp')
+                             'u', 'rn', 'uq', 'lm', 'dp', 'df')
     if not f then return corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
-    if not f[1] and rcall('EXISTS', key) == 0 then
+    local released = dep_moved_version(args.id) -- by an end earlier in this call
+    if released then
+      item.code, item.actual = 'CONFLICT', released
+    elseif not f[1] and rcall('EXISTS', key) == 0 then
       item.code = 'CONFLICT'
     elseif not is_uint(f[1]) then
       return corrupt(key, 'v', 'status_version is missing or not a canonical integer')
@@ -115,17 +120,17 @@ for i = 1, tonumber(count) do
       if not old then return bad end
       local was, field, detail = policy_view(old.s, f[12], f[13], f[14])
       if not was then return corrupt(key, field, detail) end
-      item.old, item.was, item.position, item.dp = old, was, f[3], f[16] or nil
-      local refused = dep_move_refusal(old.s, args.view.s)
-      if refused then item.code, item.actual = refused[1], old.s end
+      item.old, item.was, item.position, item.dp, item.df = old, was, f[3], f[16] or nil,
+        f[17] or nil
+      if dep_move_refused(old.s, args.view.s) then item.code, item.actual = 'WAITINGMOVE', old.s end
     end
   end
   -- A WAITING create: its parents must exist (stored, or created by an item before it);
   -- parents that ended already may release it at once (lib/dependencies). Reads only.
   if item.code == 'OK' and item.create and args.view.s == 'waiting' then
-    local refused, judged = dep_wait_judge(root, args.id, args.dp, args.df)
-    if refused and refused[1] == 'MISSING' then
-      item.code, item.actual = 'MISSING', refused[2]
+    local refused, judged, missing = dep_wait_judge(root, args.id, args.dp, args.df)
+    if missing then
+      item.code, item.actual = 'MISSING', missing
     elseif refused then
       return refused
     else
@@ -174,11 +179,16 @@ for i = 1, tonumber(count) do
     end
     item.new_position = feed_next(root, item.position, args.id)
   end
+  if item.code == 'OK' and args.view.s == 'waiting' then -- an end after it may release it
+    dep_item_waiting(args.id, args.view, args.version, item.new_position,
+                     item.create and args.dp or item.dp, item.create and args.df or item.df)
+  end
+  -- The ends this item made: their waiting children, before the next item is judged (as the
+  -- reference applies items in order), up to RELEASE_STEP in the whole call.
+  dep_release_queue(root, RELEASE_STEP)
   items[i] = item
 end
 if pos ~= #ARGV + 1 then return badarg('trailing arguments') end
--- The parents this call ended: their waiting children, up to RELEASE_STEP (lib/dependencies).
-dep_release_queue(root, RELEASE_STEP)
 local broken = dep_check() or index_check() or feed_check(root)
 if broken then return broken end
 

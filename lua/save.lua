@@ -61,8 +61,7 @@ local old, bad = read_index_view(task_key)
 if not old then return bad end
 local was, field, detail = policy_view(old.s, stored[4], stored[5], stored[6])
 if not was then return corrupt(task_key, field, detail) end
-local refused = dep_move_refusal(old.s, args.view.s)
-if refused then return refused end
+if dep_move_refused(old.s, args.view.s) then return { 'WAITINGMOVE', old.s, args.view.s } end
 -- Plan the unique record, index, counter, expiry and feed changes and check every key they
 -- touch.
 local holder

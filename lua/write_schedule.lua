@@ -24,6 +24,8 @@ Replies
   {'CONFLICT', actual}      the stored version is another ('' when there is no such
                             schedule); nothing written
   {'UNIQUE', holder}        an unfinished task holds the task's unique id; nothing written
+  {'MISSING', parent}       the task is WAITING and a parent of it does not exist; nothing
+                            written
   {'CORRUPT', key, field, detail}  a stored record does not decode; nothing written
   {'BADARG', detail}
 

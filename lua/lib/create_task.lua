@@ -23,8 +23,9 @@ local function create_task_plan(root, task_key, args)
     return 'exists'
   end
   if args.view.s == 'waiting' then -- its parents must exist; ended ones may release it now
-    local refused, judged = dep_wait_judge(root, args.id, args.dp, args.df)
+    local refused, judged, missing = dep_wait_judge(root, args.id, args.dp, args.df)
     if refused then return refused end
+    if missing then return { 'MISSING', missing } end
     args.judged = judged
     if judged.to then
       args.released = dep_released_create(judged, args.version)

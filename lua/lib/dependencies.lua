@@ -31,7 +31,10 @@
 local RELEASE_STEP = 100
 
 local DEP = { ops = {}, sets = {}, cards = {}, bad = nil, writes = {}, moved = {}, items = {},
-              queue = {}, now = nil, judged = 0, ended = {} }
+              queue = {}, at = 1, now = nil, judged = 0, ended = {} }
+
+-- A write planned for dep_flush (a call, not a reply table).
+local function dep_op(...) DEP.ops[#DEP.ops + 1] = { ... } end
 
 local function dep_fail(reply) if not DEP.bad then DEP.bad = reply end end
 
@@ -80,14 +83,14 @@ local function s_add(key, member)
   if s_has(key, member) then return end
   DEP.cards[key] = s_card(key) + 1
   overlay(key)[member] = true
-  DEP.ops[#DEP.ops + 1] = { 'SADD', key, member }
+  dep_op('SADD', key, member)
 end
 
 local function s_rem(key, member)
   if not s_has(key, member) then return end
   DEP.cards[key] = s_card(key) - 1
   overlay(key)[member] = false
-  DEP.ops[#DEP.ops + 1] = { 'SREM', key, member }
+  dep_op('SREM', key, member)
 end
 
 -- Up to `n` members of the set `key` as planned now (stored ones by SSCAN, planned adds).
@@ -165,7 +168,7 @@ end
 -- Task `id` (parents `parents`) stops waiting: its edges go, and a final parent it was the
 -- last unfinished child of is unpinned.
 local function dep_unlink(root, id, parents)
-  DEP.ops[#DEP.ops + 1] = { 'DEL', root .. 'dw:' .. id }
+  dep_op('DEL', root .. 'dw:' .. id)
   DEP.cards[root .. 'dw:' .. id] = 0
   DEP.sets[root .. 'dw:' .. id] = {}
   for _, parent in ipairs(parents) do
@@ -181,19 +184,19 @@ end
 -- Task `id` ended (`status`, a final status): noted for its waiting children.
 local function dep_note_end(root, id, status)
   if s_card(root .. 'dd:' .. id) == 0 then return end
-  DEP.ops[#DEP.ops + 1] = { 'ZADD', root .. 'drel', dep_now(), id }
-  DEP.ops[#DEP.ops + 1] = { 'HSET', root .. 'dro', id, status }
+  dep_op('ZADD', root .. 'drel', dep_now(), id)
+  dep_op('HSET', root .. 'dro', id, status)
   DEP.ended[id] = status
   DEP.queue[#DEP.queue + 1] = id
 end
 
--- Why a save from status `old_s` to `new_s` may not be written, or nil: a task enters
--- WAITING only when created, and leaves it for an unfinished status only by a release.
-local function dep_move_refusal(old_s, new_s)
+-- Whether a save from status `old_s` to `new_s` may not be written (the caller refuses it
+-- as WAITINGMOVE): a task enters WAITING only when created, and leaves it for an unfinished
+-- status only by a release.
+local function dep_move_refused(old_s, new_s)
   local entering = new_s == 'waiting' and old_s ~= 'waiting'
   local leaving = old_s == 'waiting' and new_s ~= 'waiting' and not TERMINAL[new_s]
-  if entering or leaving then return { 'WAITINGMOVE', old_s, new_s } end
-  return nil
+  return entering or leaving
 end
 
 -- Plan what an accepted save of task `id` from status `old_s` to the policy view `policy`
@@ -226,7 +229,8 @@ local function planned_status(root, id)
 end
 
 -- Judge a WAITING task to be created with the parents `dp` (its JSON field) and the policy
--- `df`; reads only. Returns a refusal ({'MISSING', parent}, or CORRUPT), or (nil, judgement):
+-- `df`; reads only. Returns a refusal (BADARG, CORRUPT), or (nil, nil, a parent that does
+-- not exist: the caller refuses the create as MISSING), or (nil, judgement):
 -- { parents, statuses, to = the release its ended parents make at once ('pending',
 -- 'stopped' or nil: it waits), parent = the one that decided it, outcome = its status }.
 local function dep_wait_judge(root, id, dp, df)
@@ -237,7 +241,7 @@ local function dep_wait_judge(root, id, dp, df)
   local statuses = {}
   for i, parent in ipairs(parents) do
     local s = planned_status(root, parent)
-    if not s then return { 'MISSING', parent } end
+    if not s then return nil, nil, parent end
     statuses[i] = s
   end
   -- Applied in order, as the reference does: each ended parent judged with the parents not
@@ -283,53 +287,77 @@ local function dep_released_create(j, version)
   return { s = j.to, v = next_version, u = now, entry = entry }
 end
 
--- Apply `parent`'s end (`outcome`) to child `id`; plans the child's move when it is
--- released. Children that are items of this very call are left for the continuation.
-local function dep_apply(root, parent, outcome, id)
-  local key = root .. 't:' .. id
-  if DEP.moved[id] then -- moved by this call already: only the edge goes
-    s_rem(root .. 'dw:' .. id, parent)
-    s_rem(root .. 'dd:' .. parent, id)
-    return
+-- Item `id` of this call is written WAITING: its index view, version, feed position, parents
+-- and policy fields as written, so that a later item's end releases it in this same call (as
+-- the reference does: the items apply in order).
+local function dep_item_waiting(id, view, version, position, dp, df)
+  DEP.items[id].waiting = { view = view, v = version, fs = position, dp = dp or nil,
+                            df = df or nil }
+end
+
+-- Child `id` as this call has it so far: { view, v, fs, dp, df, was } (an item of this call
+-- written WAITING, else the stored hash), false if it is gone, or (nil, corrupt reply).
+local function dep_child(root, id)
+  local item = DEP.items[id]
+  if item then
+    local w = item.waiting
+    if not w then return { view = { s = item.policy.s } } end -- written, not WAITING
+    return { view = w.view, v = w.v, fs = w.fs, dp = w.dp, df = w.df, was = item.policy }
   end
+  local key = root .. 't:' .. id
   local f, kind = try_read('HMGET', key, 'v', 'fs', 'dp', 'df', 'u', 'rn', 'uq', 'lm',
                            's', 'b', 'c', 'n', 'p', 'g', 'nb', 'pr')
-  if not f then return dep_fail(corrupt(key, '', 'key holds a ' .. kind .. ', not a hash')) end
-  if not f[9] then -- gone (another client): drop the edge
-    s_rem(root .. 'dd:' .. parent, id)
+  if not f then return nil, corrupt(key, '', 'key holds a ' .. kind .. ', not a hash') end
+  if not f[9] then return false end -- gone (another client)
+  local view, bad = index_view_of(key, f, 9, f[8])
+  if not view then return nil, bad end
+  if view.s ~= 'waiting' then return { view = view } end
+  if not is_uint(f[1]) then
+    return nil, corrupt(key, 'v', 'status_version is missing or not a canonical integer')
+  end
+  local was, field, detail = policy_view(view.s, f[5], f[6], f[7])
+  if not was then return nil, corrupt(key, field, detail) end
+  return { view = view, v = f[1], fs = f[2], dp = f[3] or nil, df = f[4] or nil, was = was }
+end
+
+-- Apply `parent`'s end (`outcome`) to child `id`; plans the child's move when it is released
+-- (a write of its own: version one up, history entry, feed position, indexes, expiry, unique
+-- record). The child may be an item of this very call, written before this end.
+local function dep_apply(root, parent, outcome, id)
+  local key = root .. 't:' .. id
+  s_rem(root .. 'dd:' .. parent, id)
+  if DEP.moved[id] then -- moved by this call already: only the edge goes
+    s_rem(root .. 'dw:' .. id, parent)
     return
   end
-  local old, bad = index_view_of(key, f, 9, f[8])
-  if not old then return dep_fail(bad) end
+  local child, bad = dep_child(root, id)
+  if bad then return dep_fail(bad) end
+  if not child then return end
   s_rem(root .. 'dw:' .. id, parent)
-  s_rem(root .. 'dd:' .. parent, id)
-  if old.s ~= 'waiting' then return end
-  if not is_uint(f[1]) then
-    return dep_fail(corrupt(key, 'v', 'status_version is missing or not a canonical integer'))
-  end
-  local to = dep_release(f[4], outcome, s_card(root .. 'dw:' .. id))
+  if child.view.s ~= 'waiting' then return end
+  local to = dep_release(child.df, outcome, s_card(root .. 'dw:' .. id))
   if not to then return end
-  local was, field, detail = policy_view(old.s, f[5], f[6], f[7])
-  if not was then return dep_fail(corrupt(key, field, detail)) end
   local now = dep_now()
   local new = {}
-  for k, v in pairs(old) do new[k] = v end
+  for k, v in pairs(child.view) do new[k] = v end
   new.s = to
-  local policy = policy_view(to, now, f[6], f[7])
-  local _, unique_bad = unique_plan(root, id, was, policy)
+  local policy = {}
+  for k, v in pairs(child.was) do policy[k] = v end
+  policy.s, policy.u = to, now
+  local _, unique_bad = unique_plan(root, id, child.was, policy)
   if unique_bad then return dep_fail(unique_bad) end
-  expiry_move(root, id, was, policy)
-  index_move(root, id, old, new)
-  local version = string.format('%d', tonumber(f[1]) + 1)
-  local position = feed_next(root, f[2], id)
+  expiry_move(root, id, child.was, policy)
+  index_move(root, id, child.view, new)
+  local version = string.format('%d', tonumber(child.v) + 1)
+  local position = feed_next(root, child.fs, id)
   local code = to == 'pending' and 'P' or 'X'
   local entry = history_entry(tonumber(version), 'W', code, tonumber(now),
                               dep_reason(to, parent, outcome))
   DEP.writes[#DEP.writes + 1] = { key = key, history = root .. 'h:' .. id, version = version,
                                   s = to, u = now, position = position, entry = entry }
-  DEP.moved[id] = { policy = policy }
+  DEP.moved[id] = { policy = policy, version = version }
   if to == 'stopped' then
-    local parents = parents_of(f[3])
+    local parents = parents_of(child.dp)
     if parents == nil then return dep_fail(corrupt(key, 'dp', 'parents are not a JSON list')) end
     dep_unlink(root, id, parents)
     dep_note_end(root, id, to)
@@ -337,28 +365,34 @@ local function dep_apply(root, parent, outcome, id)
   end
 end
 
+-- The version a task moved by this call's releases is written at, or nil: a later item of
+-- the call that names it conflicts (its version was judged before the release).
+local function dep_moved_version(id)
+  local moved = DEP.moved[id]
+  return moved and moved.version
+end
+
 -- Apply the noted ends in DEP.queue (this call's; release_dependents queues drel's first),
--- judging at most `budget` children; a parent whose every child is judged leaves drel.
+-- judging at most `budget` children per call in all; a parent whose every child is judged
+-- leaves drel. Called after each item of a call (the items apply in order), it goes on where
+-- the previous call stopped.
 local function dep_release_queue(root, budget)
-  local at = 1
-  while at <= #DEP.queue and DEP.judged < budget and not DEP.bad do
-    local parent = DEP.queue[at]
+  while DEP.at <= #DEP.queue and DEP.judged < budget and not DEP.bad do
+    local parent = DEP.queue[DEP.at]
     local outcome = DEP.ended[parent]
     local dd = root .. 'dd:' .. parent
     local before = DEP.judged
     for _, child in ipairs(s_some(dd, budget - DEP.judged)) do
-      if not DEP.items[child] then -- one written by this very call is left for the next
-        dep_apply(root, parent, outcome, child)
-        DEP.judged = DEP.judged + 1
-      end
-      if DEP.judged >= budget then break end
+      dep_apply(root, parent, outcome, child)
+      DEP.judged = DEP.judged + 1
+      if DEP.judged >= budget or DEP.bad then break end
     end
     if s_card(dd) == 0 then
-      DEP.ops[#DEP.ops + 1] = { 'ZREM', root .. 'drel', parent }
-      DEP.ops[#DEP.ops + 1] = { 'HDEL', root .. 'dro', parent }
-      at = at + 1
+      dep_op('ZREM', root .. 'drel', parent)
+      dep_op('HDEL', root .. 'dro', parent)
+      DEP.at = DEP.at + 1
     elseif DEP.judged == before then
-      at = at + 1 -- only this call's own items are left: the next call takes them
+      DEP.at = DEP.at + 1 -- a count the scan does not find (another client): left in drel
     end
   end
 end
@@ -375,5 +409,5 @@ local function dep_flush()
   end
   for _, op in ipairs(DEP.ops) do rcall(unpack(op)) end
   DEP = { ops = {}, sets = {}, cards = {}, bad = nil, writes = {}, moved = {}, items = {},
-          queue = {}, now = nil, judged = 0, ended = {} }
+          queue = {}, at = 1, now = nil, judged = 0, ended = {} }
 end

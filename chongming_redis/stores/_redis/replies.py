@@ -228,7 +228,7 @@ REPLIES: Mapping[str, Replies] = {
     "write_schedule": Replies(
         {"OK": Code("written: the version, and whether the task was created"),
          "CONFLICT": Code("the stored version is another", _schedule_conflict),
-         "UNIQUE": UNIQUE, **_SHARED},
+         "UNIQUE": UNIQUE, "MISSING": MISSING, **_SHARED},
     ),
     "delete_schedule": Replies({"OK": Code("whether it existed"), **_SHARED}),
     "release_dependents": Replies({"OK": Code("children judged, parents left"), **_SHARED}),

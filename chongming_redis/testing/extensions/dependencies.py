@@ -3,7 +3,8 @@ queried and in the feed; a missing parent refused with nothing written; each (ch
 edge applied once, in the write that ends the parent (or at the child's creation, for a parent
 that had ended): the last success releases the child to ``PENDING``, a failure under
 ``"stop"`` ends it ``STOPPED`` and its own children after it, ``"run"`` waits for every end; a
-retried attempt is not an end; a whole graph in one ``commit_tasks``; a wide fan-out in
+retried attempt is not an end; a whole graph in one ``commit_tasks``, its items applied in
+order (an end releases the children of the items before it); a wide fan-out in
 bounded steps, none twice; only the store moves a task out of ``WAITING`` (but for an end);
 a finished parent kept while a child that depends on it is unfinished. Mixed into
 ``ExtensionsContract``; every test returns at once unless the store is a
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chongming_redis.errors import ParentNotFound, StoreClosed, WaitingMove
+from chongming_redis.errors import ConcurrencyConflict, ParentNotFound, StoreClosed, WaitingMove
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stores.dependency_store import RELEASE_STEP, DependenciesStore
 from chongming_redis.stores.extensions import BatchingStore, TaskPoliciesStore
@@ -119,7 +120,7 @@ class DependenciesContract(ContractBase):
         assert self.counts() == counted(succeeded=2, pending=1)
         released = self.store.get("c")
         assert released is not None and released.parents == ("p1", "p2")
-        assert released.updated_at >= at(1)
+        assert released.updated_at > at(1)  # the release is a write of its own, now
         if isinstance(self.store, ChangeFeed):  # the release is a change after the parent's
             order = [s.task_id for s in self.store.changes("0", 256).tasks]
             assert order == ["p1", "p2", "c"]
@@ -140,6 +141,27 @@ class DependenciesContract(ContractBase):
         assert self._status("free") == (PENDING, 2)
         assert self._status("b") == (STOPPED, 2)  # ended children are judged no more
         assert self.counts() == counted(failed=1, succeeded=1, stopped=3, pending=1)
+
+    def test_a_lost_parent_is_an_end_that_stops_the_child_under_stop(self) -> None:
+        if self._deps() is None:
+            return
+        self.put(node("p", RUNNING), child("c", "p"))
+        self._end("p", LOST)  # found lost with no attempt left: it ended, not succeeded
+        assert self._status("c") == (STOPPED, 2)
+        reason = self._exits("c")[0].reason
+        assert reason is not None and "p" in reason
+
+    def test_a_waiting_task_stopped_by_hand_ends_its_edges_and_stops_its_children(self) -> None:
+        if self._deps() is None:
+            return
+        self.put(node("p", RUNNING), child("c", "p"), child("d", "c", created=2))
+        self._end("c", STOPPED)  # an operator's stop: an end, allowed out of WAITING
+        assert self._status("d") == (STOPPED, 2)
+        reason = self._exits("d")[0].reason
+        assert reason is not None and "c" in reason
+        self._end("p", SUCCEEDED)  # c is final: nothing waits on p any more
+        assert self._status("c") == (STOPPED, 2)
+        assert self.store.prune(keep_terminal=0) == 3  # p is no longer kept for c
 
     def test_under_run_a_child_waits_for_every_parent_to_end_however_it_ends(self) -> None:
         if self._deps() is None:
@@ -210,6 +232,31 @@ class DependenciesContract(ContractBase):
         assert self._status("d") == (PENDING, 2)
         assert len(self._exits("d")) == 1
 
+    def test_the_items_of_one_commit_apply_in_order_ends_included(self) -> None:
+        """An end releases the children written by the items before it in the same call, and
+        an item naming a child an earlier end moved conflicts (its version was judged before):
+        as if the items were written one by one."""
+        store = self._deps()
+        if store is None or not isinstance(store, BatchingStore):
+            return
+        self.put(node("p", RUNNING), node("q", RUNNING), child("k", "q"))
+        p, q, k = (self.store.get(t) for t in "pqk")
+        assert p is not None and q is not None and k is not None
+        results = store.commit_tasks([
+            (child("c", "p"), None, []),  # created, then released by p's end below
+            (p.evolve(status=SUCCEEDED, status_version=2), 1, []),
+            (q.evolve(status=FAILED, status_version=2), 1, []),  # stops k
+            (k.evolve(status_version=2, priority=5), 1, []),  # so this item conflicts
+        ])  # fmt: skip
+        assert results[:3] == [None, None, None]
+        assert isinstance(results[3], ConcurrencyConflict)
+        assert self._status("c") == (PENDING, 2) and self._status("k") == (STOPPED, 2)
+        assert [(t.to_status, t.reason) for t in self._exits("c")] == [
+            (PENDING, "parents ended (last: p succeeded)")
+        ]
+        assert self.counts() == counted(pending=1, succeeded=1, failed=1, stopped=1)
+        assert self._deps().release_backlog() == 0
+
     def test_a_wide_fan_out_is_released_in_bounded_steps_none_twice(self) -> None:
         store = self._deps()
         if store is None:
@@ -237,6 +284,23 @@ class DependenciesContract(ContractBase):
             assert len(self._exits(kid.task_id)) == 1, kid.task_id
         assert self._status("grand") == (STOPPED, 2)
         assert store.release_dependents(limit=1) == 0  # nothing left: nothing judged twice
+
+    def test_a_successful_wide_fan_out_continues_where_the_last_step_stopped(self) -> None:
+        store = self._deps()
+        if store is None:
+            return
+        width = RELEASE_STEP + 37
+        self.put(node("root", RUNNING))
+        self.put(*(child(f"k{i:03d}", "root", created=1 + i / 1000) for i in range(width)))
+        self._end("root", SUCCEEDED)
+        released = [self.counts()[PENDING]]
+        for _ in range(10):  # a continuation that starts over again never gets to the end
+            if store.release_backlog() == 0:
+                break
+            released.append(store.release_dependents(limit=RELEASE_STEP))
+        assert sum(released) == width and store.release_backlog() == 0, released
+        assert self.counts() == counted(succeeded=1, pending=width)
+        assert store.release_dependents(limit=RELEASE_STEP) == 0
 
     # -- only the store moves a task out of WAITING -----------------------------------------------
 

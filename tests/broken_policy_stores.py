@@ -188,16 +188,22 @@ class CommitCreateIgnoresTheUnique(InMemoryTaskStore):
 
 
 class CommitJudgesUniqueBeforeTheCall(InMemoryTaskStore):
-    """commit_tasks judges every item's unique id against the state before the call: two
+    """commit_tasks judges every item's unique id against the holders before the call: two
     creates of one unique id in one call are both written."""
 
-    def _commit_error(self, row: Row, expect: int | None) -> StoreError | None:
-        error = super()._commit_error(row, expect)
-        current = self._tasks.get(str(row["task_id"]))
-        return error if error is not None else self._unique_error(row, current)
+    _before: dict[str, Row] | None = None
 
-    def _commit_unique_error(self, row: Row, current: Row | None) -> StoreError | None:
-        return None
+    def commit_tasks(self, items: Sequence[CommitItem]) -> list[StoreError | None]:
+        self._before = dict(self._tasks)
+        try:
+            return super().commit_tasks(items)
+        finally:
+            self._before = None
+
+    def _holder(self, unique: str) -> str | None:
+        tasks = self._tasks if self._before is None else self._before
+        return next((t for t, row in tasks.items()
+                     if row.get("unique_id") == unique and not is_final(row)), None)  # fmt: skip
 
 
 class UniqueTakenNamesTheNewTask(InMemoryTaskStore):
@@ -357,7 +363,8 @@ class _Indexed(InMemoryTaskStore):
         moment, size = check.check_expire(now, limit)
         cutoff = encode_dt(moment)
         with self._open():
-            due = sorted((w, t) for t, w in self.expiries.items() if w <= cutoff)[:size]
+            due = sorted((w, t) for t, w in self.expiries.items()
+                         if w <= cutoff and not self._pinned(t))[:size]  # fmt: skip
             self.via = "expire"
             for _, task_id in due:
                 self._remove(task_id, moment)
@@ -366,7 +373,7 @@ class _Indexed(InMemoryTaskStore):
     def expiry_backlog(self, *, now: datetime) -> tuple[int, datetime | None]:
         cutoff = encode_dt(check_dt(now, "now"))
         with self._open():
-            expiries = list(self.expiries.values())
+            expiries = [w for t, w in self.expiries.items() if not self._pinned(t)]
         later = [w for w in expiries if w > cutoff]
         return len(expiries) - len(later), (decode_dt(min(later)) if later else None)
 
@@ -542,7 +549,8 @@ class _Expiring(InMemoryTaskStore):
         cutoff = encode_dt(moment)
         with self._open():
             due = [(when, task_id) for task_id, row in self._tasks.items()
-                   if (when := self.expiry(row)) is not None and self.due(when, cutoff)]  # fmt: skip
+                   if (when := self.expiry(row)) is not None and self.due(when, cutoff)
+                   and not self._pinned(task_id)]  # fmt: skip
             ranked = sorted(due, key=lambda d: self.rank(d[0], self._tasks[d[1]]))
             picked = [task_id for _, task_id in self.cut(ranked, size)]
             for task_id in picked:
@@ -713,7 +721,8 @@ class _ExpiryBacklog(InMemoryTaskStore):
     def expiry_backlog(self, *, now: datetime) -> tuple[int, datetime | None]:
         cutoff = encode_dt(check_dt(now, "now"))
         with self._open():
-            expiries = [w for row in self._tasks.values() if (w := self.expiry(row)) is not None]
+            expiries = [w for t, row in self._tasks.items()
+                        if (w := self.expiry(row)) is not None and not self._pinned(t)]  # fmt: skip
         due = [w for w in expiries if self.due(w, cutoff)]
         return len(due), self.next([w for w in expiries if w > cutoff], expiries)
 

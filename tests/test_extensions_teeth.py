@@ -1,7 +1,8 @@
 """``ExtensionsContract`` has teeth: it fails every deliberately broken extension store and
 passes the reference.
 
-Each store in ``tests/broken_extension_stores.py`` breaks one rule of ``stores/extensions.py``.
+Each store in ``tests/broken_extension_stores.py`` breaks one rule of ``stores/extensions.py``
+(those of ``tests/broken_dependency_stores.py`` one duty of ``DependenciesStore``, merged here).
 ``ExtensionsContract`` is run against it programmatically, the way pytest would
 (``setup_method``, the test, then ``teardown_method``), with the reference's
 ``expected_extensions``; the test ``CAUGHT_BY`` names must fail. That test runs alone first, and
@@ -26,12 +27,21 @@ from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
-from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, EXPECTED, SOUND
+from tests import broken_dependency_stores
+from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, SOUND
+from tests.broken_extension_stores import EXPECTED as EXPECTED_BEFORE_DEPENDENCIES
 from tests.support.contract_runner import caught_first, failures_of
 from tests.support.redis_server import RedisProc
 from tests.test_extensions_contract import REDIS
 
 CONTRACT_TESTS = sorted(name for name in dir(ExtensionsContract) if name.startswith("test_"))
+
+# The dependencies' broken stores, in their own module too; the reference implements the
+# extension, so it is declared with the others.
+CAUGHT_BY.update(broken_dependency_stores.CAUGHT_BY)
+BROKEN_EXTENSION_STORES.update(broken_dependency_stores.BROKEN)
+SOUND.update(broken_dependency_stores.SOUND)
+EXPECTED = EXPECTED_BEFORE_DEPENDENCIES | {broken_dependency_stores.EXTENSION}
 
 
 def run_contract(

@@ -13,7 +13,8 @@ It checks what one reader can see: a first read over several pages, the empty pa
 "caught up", a task that reappears after any save (even while a reader pages), ``touch`` and
 refused writes (batched ones too) neither moving a task nor issuing a position, tombstones
 (holding the pruned task's name and bucket, counted by ``limit``) kept forever, a pruned id
-created again, malformed and ahead-of-head cursors, and the bounds of ``limit``.
+created again, malformed and ahead-of-head cursors, the bounds of ``limit``, and (with
+dependencies) a ``WAITING`` task and its release.
 ``tests/test_feed_teeth.py`` fails it on deliberately broken feeds. No test framework is
 imported.
 """
@@ -30,10 +31,12 @@ from chongming_redis.errors import (
     StoreError,
     TaskAlreadyExists,
 )
-from chongming_redis.model import ChangePage, Progress, TaskSnapshot, Tombstone
+from chongming_redis.model import ChangePage, Progress, TaskSnapshot, TaskStatus, Tombstone
+from chongming_redis.stores.dependency_store import DependenciesStore
 from chongming_redis.stores.extensions import BatchingStore
 from chongming_redis.testing.contract.support import (
     FAILED,
+    PENDING,
     RUNNING,
     SUCCEEDED,
     ContractBase,
@@ -46,6 +49,7 @@ from chongming_redis.testing.contract.support import (
 __all__ = ["FeedContract"]
 
 Item = TaskSnapshot | Tombstone
+WAITING = TaskStatus.WAITING
 MALFORMED = ("007", "-1", "1e3", " 5", "5 ", "", "+5", "0x10", "5.0", "\u0663", "1_0", "٣")
 # Not canonical, yet ``int()`` reads each as a position at or below a small head: a lenient
 # parser is caught here rather than by the ahead-of-head check.
@@ -325,6 +329,20 @@ class FeedContract(ContractBase):
         assert self.seen(self.read_all()[0]) == ["a", "b", "c"]
 
     # -- cursors and limits ------------------------------------------------------------------
+
+    def test_a_waiting_task_and_its_release_are_changes_in_order(self) -> None:
+        """With dependencies (``DependenciesStore``): a ``WAITING`` task is in the feed as
+        written, and the release its parent's end makes is a change after the parent's."""
+        if not isinstance(self.store, DependenciesStore):
+            return
+        self.put(snapshot("p", status=RUNNING))
+        self.put(snapshot("c", status=WAITING, created=1, parents=("p",)))
+        items, cursor = self.read_all()
+        assert [(i.task_id, i.status) for i in items] == [("p", RUNNING), ("c", WAITING)]
+        self.save_as("p", status=SUCCEEDED)
+        later, _ = self.read_all(cursor)
+        assert [(i.task_id, i.status) for i in later] == [("p", SUCCEEDED), ("c", PENDING)]
+        assert [i.status_version for i in later] == [2, 2]  # type: ignore[union-attr]
 
     def test_a_malformed_cursor_is_refused(self) -> None:
         self.put(*(snapshot(f"t{i:02}", created=i) for i in range(12)))  # head >= 12

@@ -122,20 +122,33 @@ for i = 1, tonumber(count) do
       if not was then return corrupt(key, field, detail) end
       item.old, item.was, item.position, item.dp, item.df = old, was, f[3], f[16] or nil,
         f[17] or nil
-      if dep_move_refused(old.s, args.view.s) then item.code, item.actual = 'WAITINGMOVE', old.s end
+      if dep_move_refused(old.s, args.view.s) then -- a held unique id is reported first
+        local holder, held_bad = dep_unique_holder(root, args.id, args.policy, was)
+        if held_bad then return held_bad end
+        item.code, item.actual = 'WAITINGMOVE', old.s
+        if holder then item.code, item.actual = 'UNIQUE', holder end
+      end
     end
   end
   -- A WAITING create: its parents must exist (stored, or created by an item before it);
   -- parents that ended already may release it at once (lib/dependencies). Reads only.
   if item.code == 'OK' and item.create and args.view.s == 'waiting' then
     local refused, judged, missing = dep_wait_judge(root, args.id, args.dp, args.df)
-    if missing then
+    local holder, bad
+    if missing then holder, bad = dep_unique_holder(root, args.id, args.policy) end
+    if bad then
+      return bad
+    elseif holder then
+      item.code, item.actual = 'UNIQUE', holder
+    elseif missing then
       item.code, item.actual = 'MISSING', missing
     elseif refused then
       return refused
     else
       item.judged = judged
       if judged.to then
+        local p = args.policy
+        item.waiting = { s = 'waiting', u = p.u, uq = p.uq, rn = p.rn }
         item.released = dep_released_create(judged, args.version)
         args.view.s, args.policy.s, args.policy.u = judged.to, judged.to, item.released.u
       end
@@ -143,7 +156,12 @@ for i = 1, tonumber(count) do
   end
   -- Its unique record, judged after the items before it (lib/policies plans them in order).
   if item.code == 'OK' then
-    local holder, bad = unique_plan(root, args.id, item.was, args.policy)
+    local holder, bad
+    if item.waiting then -- created WAITING, released at once (lib/dependencies)
+      holder, bad = dep_released_unique(root, args.id, item.waiting, args.policy)
+    else
+      holder, bad = unique_plan(root, args.id, item.was, args.policy)
+    end
     if bad then return bad end
     if holder then item.code, item.actual = 'UNIQUE', holder end
   end

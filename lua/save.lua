@@ -61,7 +61,12 @@ local old, bad = read_index_view(task_key)
 if not old then return bad end
 local was, field, detail = policy_view(old.s, stored[4], stored[5], stored[6])
 if not was then return corrupt(task_key, field, detail) end
-if dep_move_refused(old.s, args.view.s) then return { 'WAITINGMOVE', old.s, args.view.s } end
+if dep_move_refused(old.s, args.view.s) then -- a held unique id is reported first
+  local holder, held_bad = dep_unique_holder(root, args.id, args.policy, was)
+  if held_bad then return held_bad end
+  if holder then return { 'UNIQUE', holder } end
+  return { 'WAITINGMOVE', old.s, args.view.s }
+end
 -- Plan the unique record, index, counter, expiry and feed changes and check every key they
 -- touch.
 local holder

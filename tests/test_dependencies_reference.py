@@ -5,7 +5,8 @@ several items (a child created or saved by one item and its parent ended by a la
 the other way round), prunes, expiries and release calls, run on the reference and on a real
 Redis, SQLite and PostgreSQL store side by side. After every step each store must show what
 the reference shows: each call's result or refusal, every task's status, version and history
-(statuses and reasons), the counts and the release backlog.
+(statuses and reasons), the counts and the release backlog. Some tasks hold one of two unique
+ids, so a refused create or rerun (``UniqueTaken``) is compared too.
 
 The contract (``testing/extensions/dependencies.py``) pins the rules one scenario at a time;
 this finds the combinations nobody wrote down (it found a child created by one item of a
@@ -38,10 +39,12 @@ FAR = datetime(2035, 1, 1, tzinfo=timezone.utc)  # every retention has run out b
 
 @pytest.fixture(params=["redis", "sqlite", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
-    """A factory of empty stores of one kind (a namespace, file or schema each)."""
+    """A factory of empty stores of one kind (a namespace, file or schema each); opening one
+    closes the one before (a PostgreSQL server has only so many connections)."""
     opened: list[Any] = []
 
     def fresh() -> Any:
+        close_all()
         name = uuid.uuid4().hex[:12]
         if request.param == "redis":
             url = request.getfixturevalue("redis_proc").url
@@ -54,11 +57,15 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
         opened.append(store)
         return store
 
+    def close_all() -> None:
+        while opened:
+            store = opened.pop()
+            if isinstance(store, PostgresTaskStore):
+                store.drop_schema()
+            store.close()
+
     yield fresh
-    for store in opened:
-        if isinstance(store, PostgresTaskStore):
-            store.drop_schema()
-        store.close()
+    close_all()
 
 
 def task(task_id: str, status: TaskStatus, n: int, **fields: Any) -> TaskSnapshot:
@@ -104,18 +111,23 @@ class Program:
         self.n += 1
         return f"t{self.n}"
 
+    def extra(self) -> dict[str, Any]:
+        """A retention now and then, a unique id from a small pool now and then."""
+        fields: dict[str, Any] = {"retention": 1.0} if self.rng.random() < 0.3 else {}
+        if self.rng.random() < 0.2:
+            fields["unique"] = self.rng.choice(["u1", "u2"])
+        return fields
+
     def plain(self) -> TaskSnapshot:
-        extra = {"retention": 1.0} if self.rng.random() < 0.3 else {}
-        return task(self.new_id(), self.rng.choice([P, R]), self.n, **extra)
+        return task(self.new_id(), self.rng.choice([P, R]), self.n, **self.extra())
 
     def child(self, known: list[str]) -> TaskSnapshot:
         parents = self.rng.sample(known, min(len(known), self.rng.randint(1, 3)))
         if self.rng.random() < 0.05:
             parents.append("gone")  # refused: ParentNotFound
-        extra = {"retention": 1.0} if self.rng.random() < 0.3 else {}
         policy = self.rng.choice(["stop", "run"])
         return task(self.new_id(), W, self.n, parents=tuple(parents), on_parent_failure=policy,
-                    **extra)  # fmt: skip
+                    **self.extra())  # fmt: skip
 
     def step(self) -> tuple[str, Any]:
         ids = sorted(t.task_id for t in self.ref.query())

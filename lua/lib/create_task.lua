@@ -22,17 +22,29 @@ local function create_task_plan(root, task_key, args)
     if created_by(task_key, args.token) then return 'applied' end
     return 'exists'
   end
+  local waiting -- the policy view it is created with, when a release follows at once
   if args.view.s == 'waiting' then -- its parents must exist; ended ones may release it now
     local refused, judged, missing = dep_wait_judge(root, args.id, args.dp, args.df)
     if refused then return refused end
-    if missing then return { 'MISSING', missing } end
+    if missing then
+      local holder, bad = dep_unique_holder(root, args.id, args.policy)
+      if bad then return bad end
+      if holder then return { 'UNIQUE', holder } end
+      return { 'MISSING', missing }
+    end
     args.judged = judged
     if judged.to then
+      waiting = { s = 'waiting', u = args.policy.u, uq = args.policy.uq, rn = args.policy.rn }
       args.released = dep_released_create(judged, args.version)
       args.view.s, args.policy.s, args.policy.u = judged.to, judged.to, args.released.u
     end
   end
-  local holder, bad = unique_plan(root, args.id, nil, args.policy)
+  local holder, bad
+  if waiting then
+    holder, bad = dep_released_unique(root, args.id, waiting, args.policy)
+  else
+    holder, bad = unique_plan(root, args.id, nil, args.policy)
+  end
   if bad then return bad end
   if holder then return { 'UNIQUE', holder } end
   index_add(root, args.id, args.view)

@@ -277,6 +277,29 @@ local function dep_wait_link(root, id, j, policy)
   end
 end
 
+-- The unfinished task other than `id` holding the unique id of the policy view `p` (written
+-- over `old`, nil for a create, which holds it already if unfinished with the same id), as
+-- the writes planned so far leave it; reads only. A write refused for a missing parent or a
+-- move into or out of WAITING reports a held unique id first, as every store judges them.
+-- nil, or (nil, corrupt reply).
+local function dep_unique_holder(root, id, p, old)
+  if not holds_unique(p) or (holds_unique(old) and old.uq == p.uq) then return nil end
+  local holder, _, bad = unique_record(root, p.uq)
+  if bad then return nil, bad end
+  if holder and holder ~= id then return holder end
+  return nil
+end
+
+-- The unique records of a create released at once from WAITING (policy view `waiting`) to
+-- `released`: its unique id is judged as created WAITING (refused if another holds it, as
+-- the reference judges it), then let go by the release if it ends the task. Returns the
+-- holder that refuses it, or nil, or (nil, corrupt reply).
+local function dep_released_unique(root, id, waiting, released)
+  local holder, bad = unique_plan(root, id, nil, waiting)
+  if holder or bad then return holder, bad end
+  return unique_plan(root, id, waiting, released)
+end
+
 -- The history entry and the fields of a create released at once (judged `j`): the task is
 -- written at `version` + 1 in status j.to, updated now.
 local function dep_released_create(j, version)

@@ -118,7 +118,9 @@ def test_show_json_is_one_document_with_the_documented_keys(
     doc = json.loads(ok(cli("show", "job-1", "--json", *common)))
     assert set(doc) == {"namespace", "task", "history"} and doc["namespace"] == namespace
     task = doc["task"]
-    assert set(task) == TASK_KEYS | {"params", "result", "policies"}
+    assert set(task) == TASK_KEYS | {"params", "result", "policies", "parents",
+                                     "on_parent_failure", "parent_statuses"}  # fmt: skip
+    assert (task["parents"], task["on_parent_failure"], task["parent_statuses"]) == ([], "stop", {})
     assert task["policies"] == {"retry": None, "timeout": None, "deadline": None,
                                 "retention": None, "unique": None}  # fmt: skip
     assert task["status"] == "failed" and task["tags"] == ["batch", "io"]
@@ -236,7 +238,7 @@ def test_stats_json_and_tables_with_a_worker(
     worker.join_pool(worker_lease=60).tick()  # joined, holds every bucket; never started
     doc = json.loads(ok(cli("stats", "--json", *common)))
     assert doc["namespace"] == namespace and doc["total"] == 3
-    assert doc["counts"] == {"pending": 1, "running": 0, "paused": 0, "succeeded": 2,
+    assert doc["counts"] == {"waiting": 0, "pending": 1, "running": 0, "paused": 0, "succeeded": 2,
                              "failed": 0, "stopped": 0, "lost": 0}  # fmt: skip
     assert [(b["bucket"], b["counts"]["pending"], b["counts"]["succeeded"])
             for b in doc["buckets"]] == [(3, 1, 1), (9, 0, 1)]  # fmt: skip

@@ -626,3 +626,49 @@ def test_a_bad_feed_cursor_is_a_400_never_an_empty_page(
     shown = driver.find_element(By.TAG_NAME, "body").text
     assert '"error":"invalid_cursor"' in shown.replace(" ", ""), shown
     assert '"tasks"' not in shown
+
+
+def svg_nodes(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
+    """The pipeline drawing's nodes: task id -> its status and its box's computed fill."""
+    shown: dict[str, dict[str, str]] = js(driver, """
+        const found = {};
+        document.querySelectorAll("svg.pipeline a.node").forEach((a) => {
+            found[a.dataset.task] = {status: a.dataset.status,
+                                     fill: getComputedStyle(a.querySelector("rect")).fill};
+        });
+        return found;""")  # fmt: skip
+    return shown
+
+
+def test_the_pipeline_graph_is_drawn_coloured_by_status_updates_live_and_links_the_tasks(
+    driver: webdriver.Chrome, store: RedisTaskStore, dashboard: Dashboard
+) -> None:
+    wf = Client(store, name="browser-test").workflow(pipeline_run_id="wf-browser")
+    top = wf.add("encode", {"n": 0})
+    branches = wf.group(("encode", {"n": 1}), ("encode", {"n": 2}), after=[top])
+    wf.add("encode", {"n": 3}, after=branches)
+    ids = [h.task_id for h in wf.submit()]
+    open_live(driver, f"{dashboard.url}pipelines/wf-browser")
+    drawn = svg_nodes(driver)
+    assert {k: v["status"] for k, v in drawn.items()} == {
+        ids[0]: "pending",
+        ids[1]: "waiting",
+        ids[2]: "waiting",
+        ids[3]: "waiting",
+    }
+    # Each status its own colour: the waiting boxes look alike, the pending one differs.
+    assert drawn[ids[1]]["fill"] == drawn[ids[3]]["fill"] != drawn[ids[0]]["fill"]
+    assert js(driver, "return document.querySelectorAll('svg.pipeline path.edge').length;") == 4
+    first = store.get(ids[0])
+    assert first is not None
+    store.save(first.evolve(status=TaskStatus.SUCCEEDED, status_version=first.status_version + 1),
+               expect_version=first.status_version)  # fmt: skip
+    wait_for(driver, lambda d: svg_nodes(d).get(ids[1], {}).get("status") == "pending",
+             "the released branch to turn pending on the drawing")  # fmt: skip
+    assert svg_nodes(driver)[ids[0]]["status"] == "succeeded"
+    assert not reloaded(driver), "the page was reloaded"
+    # A node is a link to its task's page, which lists the parents.
+    driver.find_element(By.CSS_SELECTOR, f'svg.pipeline a.node[data-task="{ids[3]}"]').click()
+    wait_for(driver, lambda d: d.current_url.endswith(f"/tasks/{ids[3]}"), "the join's page")
+    parents = text(driver, "task-parents")
+    assert ids[1] in parents and ids[2] in parents and "pending" in parents, parents

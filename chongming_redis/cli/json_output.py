@@ -5,9 +5,11 @@ Statuses are their lowercase values; times are RFC 3339 in UTC with microseconds
 (``feed.wire.item_to_json``, ``docs/feed-page.schema.json``)::
 
     tasks --json      {"namespace", "tasks": [task, ...]}
-    show ID --json    {"namespace", "task": task + {"params", "result"} (failure with
-                       "traceback"), "history": [{"version", "from_status", "to_status",
-                       "at", "reason"}, ...]}
+    show ID --json    {"namespace", "task": task + {"params", "result", "policies",
+                       "parents": [id, ...], "on_parent_failure": "stop" | "run",
+                       "parent_statuses": {id: status or null (gone), ...} (the first
+                       parents read)} (failure with "traceback"), "history": [{"version",
+                       "from_status", "to_status", "at", "reason"}, ...]}
     stats --json      {"namespace", "total", "counts": {status: n, ... every status},
                        "buckets": [{"bucket", "counts": {status: n}}, ...] (non-empty ones),
                        "workers": [{"worker", "heartbeat_until", "alive", "buckets": [...]}]}
@@ -69,7 +71,10 @@ def transition_json(entry: Transition) -> dict[str, Any]:
 
 
 def show_json(
-    namespace: str, snapshot: TaskSnapshot, history: Iterable[Transition]
+    namespace: str,
+    snapshot: TaskSnapshot,
+    history: Iterable[Transition],
+    parents: Mapping[str, TaskStatus | None] | None = None,
 ) -> dict[str, Any]:
     task = item_to_json(snapshot)
     task["params"] = plain(snapshot.params)
@@ -77,6 +82,10 @@ def show_json(
     if snapshot.failure is not None:
         task["failure"]["traceback"] = snapshot.failure.traceback
     task["policies"] = policies_json(snapshot)
+    task["parents"] = list(snapshot.parents)
+    task["on_parent_failure"] = snapshot.on_parent_failure
+    task["parent_statuses"] = {parent: None if status is None else status.value
+                               for parent, status in (parents or {}).items()}  # fmt: skip
     return {
         "namespace": namespace,
         "task": task,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -34,7 +34,7 @@ from chongming_redis.cli.common import (
     where,
 )
 from chongming_redis.cli.registry import Commands
-from chongming_redis.model import TaskQuery, TaskStatus
+from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus
 
 STATUSES = ", ".join(s.value for s in TaskStatus)
 commands = Commands()
@@ -42,7 +42,8 @@ commands = Commands()
 
 @commands.command(
     epilog="Example: chongming-redis tasks --status running --status paused --newest-first "
-    "--limit 20; chongming-redis tasks --json | jq -r '.tasks[].task_id'"
+    "--limit 20; chongming-redis tasks --status waiting --pipeline wf-1a2b; "
+    "chongming-redis tasks --json | jq -r '.tasks[].task_id'"
 )
 def tasks(
     status: Annotated[
@@ -117,14 +118,28 @@ def show(
             hint = f" ({where(namespace, redis or store_url)} has no tasks)" if empty else ""
             raise UserError(f"no task {task_id!r} in namespace {namespace!r}{hint}")
         history = store.history(task_id)
+        parents = _parent_statuses(store, snapshot)
         if as_json:
             from chongming_redis.cli.json_output import show_json
 
-            print_json(show_json(namespace, snapshot, history))
+            print_json(show_json(namespace, snapshot, history, parents))
             return
         from chongming_redis.cli.render import show_task
 
-        show_task(out(wide=wide), snapshot, history, datetime.now(timezone.utc))
+        show_task(out(wide=wide), snapshot, history, datetime.now(timezone.utc), parents)
+
+
+#: ``show`` reads the status of this many of a task's parents (the rest are counted).
+SHOWN_PARENTS = 20
+
+
+def _parent_statuses(store: Any, snapshot: TaskSnapshot) -> dict[str, TaskStatus | None]:
+    """The statuses of the task's first ``SHOWN_PARENTS`` parents (``None``: pruned)."""
+    found = {}
+    for parent in snapshot.parents[:SHOWN_PARENTS]:
+        task = store.get(parent)
+        found[parent] = None if task is None else task.status
+    return found
 
 
 @commands.command(epilog="Example: chongming-redis stats --namespace thumbnails --json")

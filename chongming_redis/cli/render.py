@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from chongming_redis.runtime.limit_defs import LimitRow
 
 STATUS_STYLES = {
+    TaskStatus.WAITING: "dim cyan",
     TaskStatus.PENDING: "cyan",
     TaskStatus.RUNNING: "bold blue",
     TaskStatus.PAUSED: "magenta",
@@ -150,9 +151,14 @@ def tasks_table(found: Sequence[TaskSnapshot], *, title: str, now: datetime) -> 
 
 
 def show_task(
-    console: Console, snapshot: TaskSnapshot, history: Sequence[Transition], now: datetime
+    console: Console,
+    snapshot: TaskSnapshot,
+    history: Sequence[Transition],
+    now: datetime,
+    parents: Mapping[str, TaskStatus | None] | None = None,
 ) -> None:
-    """The task's fields, its traceback, then its history as a timeline."""
+    """The task's fields, its traceback, then its history as a timeline. ``parents``: the
+    statuses of its first parents as read (``None``: not there any more), the others named."""
     from rich.table import Table
 
     grid = Table.grid(padding=(0, 2))
@@ -160,6 +166,9 @@ def show_task(
     grid.add_column()
     for label, value in _fields(snapshot, now):
         grid.add_row(label, value)
+        if label == "status" and snapshot.parents:
+            grid.add_row("after", parents_text(snapshot, parents or {}))
+            grid.add_row("on parent failure", _POLICY_TEXT[snapshot.on_parent_failure])
     console.print(grid)
     failure = snapshot.failure
     if failure is not None and failure.traceback:
@@ -168,6 +177,26 @@ def show_task(
         console.print(Text(failure.traceback.rstrip("\n")), soft_wrap=True)
     console.print()
     console.print(timeline(history))
+
+
+_POLICY_TEXT = {
+    "stop": "stop  (a parent that ends other than succeeded stops this task)",
+    "run": "run  (this task runs once every parent has ended, however)",
+}
+
+
+def parents_text(s: TaskSnapshot, statuses: Mapping[str, TaskStatus | None]) -> Text:
+    """``a1 succeeded, b2 running, c3 (gone)`` for the parents read, ``and 12 more`` after."""
+    text = Text()
+    shown = [p for p in s.parents if p in statuses]
+    for i, parent in enumerate(shown):
+        status = statuses[parent]
+        text += Text(", " if i else "") + Text(parent) + Text(" ")
+        text += status_text(status) if status is not None else Text("(gone)", style="dim")
+    rest = len(s.parents) - len(shown)
+    if rest:
+        text += Text(f", and {rest} more" if shown else f"{rest} task(s)")
+    return text
 
 
 def _policy_fields(s: TaskSnapshot, now: datetime) -> Iterable[tuple[str, Text | str]]:

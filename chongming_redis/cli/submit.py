@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +24,9 @@ from chongming_redis.cli.common import (
     user_errors,
 )
 from chongming_redis.cli.registry import Commands
+from chongming_redis.errors import ParentNotFound
+from chongming_redis.parents import PARENT_FAILURE_POLICIES, STOP, check_parents
+from chongming_redis.validation import check_optional_identifier
 
 commands = Commands()
 #: ``submit --count``: tasks per round trip (``Controller.submit_many`` batches up to 100).
@@ -37,7 +41,8 @@ def _cli_owner() -> str:
 
 @commands.command(
     epilog="Example: chongming-redis submit tasks:app resize --params '{\"width\": 640}' "
-    "--count 100 --delay 30 --tag batch --priority 5"
+    "--count 100 --delay 30 --tag batch --priority 5; chongming-redis submit tasks:app merge "
+    "--after ID1 --after ID2 --on-parent-failure run"
 )
 def submit(
     app_spec: Annotated[str, typer.Argument(metavar="APP")],
@@ -60,6 +65,27 @@ def submit(
             "that task's id (with --count 1)"
         ),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            metavar="ID",
+            help="repeatable: created waiting, it starts once these tasks have ended "
+            "(see --on-parent-failure)",
+        ),
+    ] = None,
+    on_parent_failure: Annotated[
+        str | None,
+        typer.Option(
+            "--on-parent-failure",
+            metavar="stop|run",
+            help="with --after, a parent that ends other than succeeded: stop ends this task "
+            "stopped (the default), run runs it once every parent has ended",
+        ),
+    ] = None,
+    pipeline: Annotated[
+        str | None, typer.Option(help="pipeline run id (the dashboard draws its graph)")
+    ] = None,
     redis: RedisOpt = None,
     store_url: StoreOpt = None,
     namespace: NamespaceOpt = "default",
@@ -81,6 +107,9 @@ def submit(
             raise UserError(f"--priority must be an integer from -100 to 100, not {priority}")
         if unique is not None and count != 1:
             raise UserError(f"--unique submits one task: it cannot go with --count {count}")
+        parents = _parents(after or (), on_parent_failure)
+        if pipeline is not None:
+            check_optional_identifier(pipeline, "--pipeline")
         try:
             decoded = json.loads(params)
         except json.JSONDecodeError as exc:
@@ -93,31 +122,58 @@ def submit(
         buckets = _namespace_buckets(store, namespace, num_buckets)
         client = Client(store, app=task_app, num_buckets=buckets, name=_cli_owner(),
                         owns_store=True)  # fmt: skip
-        if unique is not None:
-            _submit_unique(client, name, decoded, key=key, tags=tag or (), delay=delay,
-                           priority=priority, unique=unique)  # fmt: skip
-            return
-        with progress("submitting", count, shown=None if count > 1 else False) as advance:
-            done = 0
-            while done < count:  # up to SUBMIT_BATCH per round trip
-                batch = [decoded] * min(SUBMIT_BATCH, count - done)
-                handles = client.submit_many(name, batch, key=key, tags=tag or (),
-                                             delay=delay or None, priority=priority)  # fmt: skip
-                sys.stdout.write("".join(f"{h.task_id}\n" for h in handles))
-                sys.stdout.flush()
-                done += len(handles)
-                advance(len(handles))
-        client.close()
+        dependencies: dict[str, Any] = {"after": parents,
+                                        "on_parent_failure": on_parent_failure or STOP,
+                                        "pipeline_run_id": pipeline}  # fmt: skip
+        try:
+            if unique is not None:
+                _submit_unique(client, name, decoded, key=key, tags=tag or (), delay=delay,
+                               priority=priority, unique=unique, **dependencies)  # fmt: skip
+                return
+            _submit_batches(client, name, decoded, count, key=key, tags=tag or (),
+                            delay=delay or None, priority=priority, **dependencies)  # fmt: skip
+        except ParentNotFound as exc:  # the client's message names the id never created
+            raise UserError(f"--after {exc.parent}: no such task in namespace {namespace!r} "
+                            "(never created, or pruned); nothing submitted") from None  # fmt: skip
+        finally:
+            client.close()
+
+
+def _submit_batches(client: Any, name: str, params: Any, count: int, **options: Any) -> None:
+    """``count`` tasks, up to ``SUBMIT_BATCH`` per round trip, their ids printed as created."""
+    with progress("submitting", count, shown=None if count > 1 else False) as advance:
+        done = 0
+        while done < count:
+            batch = [params] * min(SUBMIT_BATCH, count - done)
+            handles = client.submit_many(name, batch, **options)
+            sys.stdout.write("".join(f"{h.task_id}\n" for h in handles))
+            sys.stdout.flush()
+            done += len(handles)
+            advance(len(handles))
+
+
+def _parents(after: Sequence[str], on_parent_failure: str | None) -> tuple[str, ...]:
+    """``--after`` as task ids, checked before anything is opened (a missing parent is the
+    store's ``ParentNotFound``, a store without dependencies the client's ``TypeError``)."""
+    if on_parent_failure is not None and on_parent_failure not in PARENT_FAILURE_POLICIES:
+        raise UserError(f"--on-parent-failure must be stop or run, not {on_parent_failure!r}")
+    if on_parent_failure is not None and not after:
+        raise UserError("--on-parent-failure says what a parent's failure does: it needs "
+                        "--after ID")  # fmt: skip
+    if len(set(after)) != len(after):
+        repeated = next(p for p in after if after.count(p) > 1)
+        raise UserError(f"--after names task {repeated!r} more than once")
+    try:
+        return check_parents(after)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"--after: {exc}") from None
 
 
 def _submit_unique(client: Any, name: str, params: Any, *, unique: str, **options: Any) -> None:
     """One ``unique`` submit: the new task's id, or the unfinished holder's with a note on
     stderr (exit 0: the job is there, as asked)."""
-    try:
-        handle = client.submit(name, params, unique=unique, delay=options.pop("delay") or None,
-                               **options)  # fmt: skip
-    finally:
-        client.close()
+    handle = client.submit(name, params, unique=unique, delay=options.pop("delay") or None,
+                           **options)  # fmt: skip
     sys.stdout.write(f"{handle.task_id}\n")
     if not handle.created:
         sys.stderr.write(f"unique id {unique!r} is held by unfinished task {handle.task_id}: "

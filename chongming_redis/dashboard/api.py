@@ -1,5 +1,10 @@
 """The JSON API (``/api/v1``): the change feed in the seed's page shape, the overview's
-figures, one task in full and the schedules (``/api/v1/schedules``: ``{"namespace",
+figures, one task in full (with its ``parents`` and ``on_parent_failure``), a pipeline's graph
+(``/api/v1/pipelines/<id>``: ``{"namespace", "pipeline_run_id", "read_at", "truncated",
+"max_nodes", "counts", "nodes": [{"task_id", "name", "status", "status_version",
+"created_at", "updated_at", "depth", "row", "parents", "on_parent_failure"}, ...], "edges":
+[{"from", "to"}, ...]}``, ``dashboard/pipeline.py``; 404 when no task carries the id) and the
+schedules (``/api/v1/schedules``: ``{"namespace",
 "read_at", "schedules": [{"id", "version", "definition", "paused", "next_tick", "updated_at",
 "last_task", "buffered", "counts", "recent": [{"outcome", "tick", "at", "task_id", "count",
 "last"}, ...]}, ...]}``, as ``chongming-redis schedules list --json`` prints them; 501 for a
@@ -16,6 +21,7 @@ from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from chongming_redis.dashboard.pipeline import graph_json, read_pipeline
 from chongming_redis.dashboard.reads import read_schedules_page
 from chongming_redis.dashboard.state import DashboardState
 from chongming_redis.errors import InvalidCursor, StoreError
@@ -121,7 +127,24 @@ async def task(request: Request) -> Response:
     body["result"] = _plain(snapshot.result)
     if snapshot.failure is not None:
         body["failure"]["traceback"] = snapshot.failure.traceback
+    body["parents"] = list(snapshot.parents)
+    body["on_parent_failure"] = snapshot.on_parent_failure
     return JSONResponse(body)
+
+
+async def pipeline(request: Request) -> Response:
+    """``GET /api/v1/pipelines/<id>``: the pipeline's graph as its page draws it."""
+    dash = _dash(request)
+    pipeline_id: str = request.path_params["pipeline_run_id"]
+    try:
+        graph = await to_thread.run_sync(read_pipeline, dash.store, pipeline_id)
+    except StoreError as exc:
+        return error(503, "store_unavailable", str(exc))
+    except (TypeError, ValueError) as exc:
+        return error(400, "bad_pipeline_id", str(exc))
+    if not graph.nodes:
+        return error(404, "no_such_pipeline", f"no task carries pipeline id {pipeline_id!r}")
+    return JSONResponse({"namespace": dash.namespace, **graph_json(graph)})
 
 
 async def schedules(request: Request) -> Response:

@@ -1,6 +1,7 @@
 """``create_app``: the dashboard as a Starlette application.
 
-Routes: ``/`` (overview), ``/tasks`` (the list), ``/tasks/<id>`` (a task), ``/schedules``,
+Routes: ``/`` (overview), ``/tasks`` (the list), ``/tasks/<id>`` (a task),
+``/pipelines/<id>`` (a pipeline's graph), ``/schedules``,
 the pages' event streams under ``/events/``, ``/api/v1/...`` (JSON), ``/metrics``
 (Prometheus) and ``/static/``. With ``control`` set: ``/login``, ``/logout``, ``/control`` and
 ``/api/v1/control`` as well; without it they do not exist (404) and no page shows a button.
@@ -110,13 +111,17 @@ def create_app(
         Route("/tasks", pages.task_list),
         Route("/tasks/{task_id:task_id}", pages.task_page),
         Route("/task", pages.task_page),  # ?id=: the ids a path cannot carry ("." and "..")
+        Route("/pipelines/{pipeline_run_id:task_id}", pages.pipeline_page),
+        Route("/pipeline", pages.pipeline_page),  # ?id=: "." and ".." (as /task)
         Route("/schedules", pages.schedules),
         Route("/events/overview", events.overview_events),
         Route("/events/tasks", events.list_events),
         Route("/events/task", events.task_events),
+        Route("/events/pipeline", events.pipeline_events),
         Route("/api/v1/tasks", api.feed_page),
         Route("/api/v1/overview", api.overview),
         Route("/api/v1/tasks/{task_id:task_id}", api.task),
+        Route("/api/v1/pipelines/{pipeline_run_id:task_id}", api.pipeline),
         Route("/api/v1/schedules", api.schedules),
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(packages=[("chongming_redis.dashboard", "static")])),

@@ -7,7 +7,8 @@ moved and every ``TICK`` for the heartbeat ages; a list page re-renders the rows
 the feed shows and counts matching tasks it does not show; a task page re-reads its one task.
 Progress is the exception the feed cannot carry (``touch`` never moves a task in the feed), so
 the running tasks a page shows — its one task, or the running rows of its list — are re-read
-every ``PROGRESS_EVERY``: a bounded read per page, whatever the number of tasks.
+every ``PROGRESS_EVERY``: a bounded read per page, whatever the number of tasks. A pipeline
+page re-reads its graph (one bounded query) when the feed shows one of its tasks.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from starlette.responses import Response, StreamingResponse
 from chongming_redis.dashboard.auth import page_context
 from chongming_redis.dashboard.hub import Item, Subscription
 from chongming_redis.dashboard.listing import BadFilter, matches, parse_list_request
+from chongming_redis.dashboard.pipeline import read_pipeline
 from chongming_redis.dashboard.reads import (
     TaskPage,
     read_commands,
     read_list,
+    read_parents,
     read_task,
     read_task_limits,
     read_tasks,
@@ -240,11 +243,13 @@ async def task_events(request: Request) -> Response:
                 if chunk:
                     yield chunk
                 live = page.task.status in LIVE
-                while True:  # wait for this task in the feed, or for the progress tick
+                # This task, and the parents it shows (their statuses are on the page).
+                watched = {task_id, *(parent for parent, _ in page.parents)}
+                while True:  # wait for these tasks in the feed, or for the progress tick
                     batch = await next_batch(sub, PROGRESS_EVERY if live else TICK * 5)
                     if batch is RESET:
                         sub.overflowed = False
-                    if batch is None or batch is RESET or any(i.task_id == task_id for i in batch):
+                    if batch is None or batch is RESET or any(i.task_id in watched for i in batch):
                         break
         finally:
             dash.hub.unsubscribe(sub)
@@ -266,4 +271,55 @@ async def _refresh(dash: DashboardState, task_id: str, page: TaskPage | None) ->
     if task.status in LIVE or task.status_version != page.task.status_version:
         commands = await to_thread.run_sync(read_commands, dash.store, task_id)
     limits = await to_thread.run_sync(read_task_limits, dash.store, task)
-    return TaskPage(task, history, commands, limits)
+    parents = await to_thread.run_sync(read_parents, dash.store, task)  # woken by one, maybe
+    return TaskPage(task, history, commands, limits, parents)
+
+
+async def pipeline_events(request: Request) -> Response:
+    """A pipeline page's graph, re-read when the feed shows a task of the pipeline (a new
+    one, or one drawn) and every ``TICK * 5``; ``end`` once no task carries the id."""
+    dash: DashboardState = request.app.state.dash
+    pipeline_id = request.query_params.get("id", "")
+    try:
+        check_identifier(pipeline_id, "id")
+    except ValueError as exc:
+        return Response(f"give the pipeline: ?id=<pipeline run id> ({exc})", status_code=400)
+
+    def concerns(item: Item, drawn: set[str]) -> bool:
+        return item.task_id in drawn or (
+            isinstance(item, TaskSnapshot) and item.pipeline_run_id == pipeline_id
+        )
+
+    async def events() -> AsyncIterator[str]:
+        sub, changes = dash.hub.subscribe(), Changes()
+        try:
+            while True:
+                try:
+                    graph = await to_thread.run_sync(read_pipeline, dash.store, pipeline_id)
+                except StoreError as exc:
+                    chunk = changes.frame(_alert(dash, str(exc)))
+                    if chunk:
+                        yield chunk
+                    await asyncio.sleep(TICK)
+                    continue
+                if not graph.nodes:
+                    gone = f"No task carries pipeline id {pipeline_id} any more (pruned)."
+                    yield frame("patch", {"alert": dash.renderer.part("alert", message=gone)})
+                    yield frame("end", {})
+                    return
+                part = dash.renderer.part("pipeline_graph", graph=graph)
+                chunk = changes.frame({"pipeline-graph": part, **_alert(dash, None)})
+                if chunk:
+                    yield chunk
+                drawn = {node.task.task_id for node in graph.nodes}
+                while True:  # wait for a task of this pipeline in the feed
+                    batch = await next_batch(sub, TICK * 5)
+                    if batch is RESET:
+                        sub.overflowed = False
+                    if batch is None or batch is RESET or any(concerns(i, drawn) for i in batch):
+                        break
+                await asyncio.sleep(0.2)  # let a burst of changes settle into one render
+        finally:
+            dash.hub.unsubscribe(sub)
+
+    return stream(events())

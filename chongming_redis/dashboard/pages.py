@@ -1,6 +1,7 @@
-"""The HTML pages: the overview, the task list, a task and the schedules. Each is rendered
-from one bounded read (``reads``); the first three name the event stream that keeps them live
-(``data-events``), the schedules page is read again on reload."""
+"""The HTML pages: the overview, the task list, a task, a pipeline's graph and the schedules.
+Each is rendered from one bounded read (``reads``, ``pipeline``); all but the schedules page
+name the event stream that keeps them live (``data-events``), the schedules page is read
+again on reload."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import HTMLResponse, Response
 from chongming_redis.dashboard import auth
 from chongming_redis.dashboard.auth import page_context
 from chongming_redis.dashboard.listing import BadFilter, parse_list_request
+from chongming_redis.dashboard.pipeline import read_pipeline
 from chongming_redis.dashboard.reads import read_list, read_schedules_page, read_task
 from chongming_redis.dashboard.state import DashboardState
 from chongming_redis.errors import StoreError
@@ -89,6 +91,26 @@ async def task_page(request: Request) -> Response:
         done = None  # not written by this dashboard's buttons: never shown
     return render(request, "task.html", page=page, done=done,
                   events="/events/task?" + urlencode({"id": task_id}))  # fmt: skip
+
+
+async def pipeline_page(request: Request) -> Response:
+    """The graph of the tasks sharing one ``pipeline_run_id`` (``/pipelines/<id>``, or
+    ``/pipeline?id=`` for the ids a path cannot carry); 404 when no task carries it."""
+    dash = _dash(request)
+    pipeline_id: str = (request.path_params.get("pipeline_run_id")
+                        or request.query_params.get("id", ""))  # fmt: skip
+    try:
+        graph = await to_thread.run_sync(read_pipeline, dash.store, pipeline_id)
+    except StoreError as exc:
+        return store_down(request, exc)
+    except (TypeError, ValueError) as exc:
+        return error_page(request, 400, "Bad pipeline id", str(exc))
+    if not graph.nodes:
+        return error_page(request, 404, "No such pipeline",
+                          f"No task of namespace {dash.namespace} carries pipeline id "
+                          f"{pipeline_id} (never submitted, or every task pruned).")  # fmt: skip
+    return render(request, "pipeline.html", graph=graph,
+                  events="/events/pipeline?" + urlencode({"id": pipeline_id}))  # fmt: skip
 
 
 async def schedules(request: Request) -> Response:

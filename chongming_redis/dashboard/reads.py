@@ -46,6 +46,8 @@ LIMIT_USAGE = 1000
 LIMIT_KEYS = 3
 #: Beyond this a walk through ``query`` for a store without keyset paging gives up.
 UNPAGED_LIMIT = 10_000
+#: A task page reads the status of this many of its parents (the others are counted).
+TASK_PARENTS = 20
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,14 @@ class TaskPage:
     commands: tuple[Command, ...] | None  # None: the store cannot list a task's commands
     #: A PENDING task's limit refs as they stand (which one is full), else empty.
     limits: tuple[RefState, ...] = ()
+    #: Its first ``TASK_PARENTS`` parents with their status (``None``: pruned since).
+    parents: tuple[tuple[str, TaskStatus | None], ...] = ()
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+    @property
+    def more_parents(self) -> int:
+        """The parents not read (past ``TASK_PARENTS``)."""
+        return len(self.task.parents) - len(self.parents)
 
 
 def read_task(store: TaskStore, task_id: str) -> TaskPage | None:
@@ -234,7 +243,16 @@ def read_task(store: TaskStore, task_id: str) -> TaskPage | None:
     if task is None:
         return None
     return TaskPage(task, tuple(store.history(task_id)), read_commands(store, task_id),
-                    read_task_limits(store, task))  # fmt: skip
+                    read_task_limits(store, task), read_parents(store, task))  # fmt: skip
+
+
+def read_parents(store: TaskStore, task: TaskSnapshot) -> tuple[tuple[str, TaskStatus | None], ...]:
+    """The task's first ``TASK_PARENTS`` parents and their status (one ``get`` each)."""
+    found = []
+    for parent in task.parents[:TASK_PARENTS]:
+        snapshot = store.get(parent)
+        found.append((parent, None if snapshot is None else snapshot.status))
+    return tuple(found)
 
 
 def read_task_limits(store: TaskStore, task: TaskSnapshot) -> tuple[RefState, ...]:

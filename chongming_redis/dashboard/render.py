@@ -14,6 +14,7 @@ from urllib.parse import quote
 import jinja2
 
 from chongming_redis.dashboard.listing import format_mark, task_path
+from chongming_redis.dashboard.pipeline import pipeline_path
 from chongming_redis.model import TaskSnapshot, TaskStatus, Tombstone
 
 STATUS_ORDER = tuple(TaskStatus)
@@ -67,7 +68,8 @@ class Renderer:
             lstrip_blocks=True,
         )
         self.env.filters.update(ago=ago, when=when, value=value, mark=format_mark,
-                                task_url=task_path, quote=_quote)  # fmt: skip
+                                task_url=task_path, pipeline_url=pipeline_path,
+                                quote=_quote)  # fmt: skip
         self.env.globals.update(namespace=namespace, control=control, statuses=STATUS_ORDER,
                                 percent=percent, is_tombstone=_is_tombstone)  # fmt: skip
 

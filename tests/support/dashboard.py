@@ -37,7 +37,8 @@ def snapshot(task_id: str, i: int, **fields: Any) -> TaskSnapshot:
 
 def fill(store: TaskStore, n: int = 60) -> list[TaskSnapshot]:
     """``n`` tasks mixing names, statuses, tags, buckets and pipelines, plus the awkward ids."""
-    statuses = list(TaskStatus)
+    # WAITING needs parents (tests/test_dashboard_pipeline.py covers it): the other seven.
+    statuses = [s for s in TaskStatus if s is not TaskStatus.WAITING]
     made = []
     for i in range(n):
         task = snapshot(

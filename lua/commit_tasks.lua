@@ -62,6 +62,7 @@ commands, and at most 100 children judged.
 --- @include "lib/policies"
 --- @include "lib/task_args"
 --- @include "lib/dependencies"
+--- @include "lib/releases"
 
 local root = KEYS[1]
 if KEYS[2] ~= root .. 'counts' then return badarg('KEYS[2] is not {ns}:counts of KEYS[1]') end

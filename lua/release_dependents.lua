@@ -25,6 +25,7 @@ of drel.
 ]]
 --- @include "lib/common"
 --- @include "lib/dependencies"
+--- @include "lib/releases"
 
 local root, drel = KEYS[1], KEYS[2]
 if drel ~= root .. 'drel' then return badarg('KEYS[2] is not {ns}:drel of KEYS[1]') end

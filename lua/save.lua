@@ -38,6 +38,7 @@ Bound: O(number of old + new tags + parents) commands, and at most 100 children 
 --- @include "lib/policies"
 --- @include "lib/task_args"
 --- @include "lib/dependencies"
+--- @include "lib/releases"
 
 local task_key, root = KEYS[1], KEYS[2]
 local args, err = read_task_args()

@@ -93,11 +93,13 @@ READ_ONLY_EXACT = (
 READ_ONLY_CATEGORIES = ("-@all", "+@read", "-@dangerous", "+evalsha_ro", "+script|load")
 
 ROOT = Path(__file__).resolve().parents[1]
-_LUA_CALL = re.compile(r"""(?:rcall|redis\.p?call)\(\s*['"]([A-Za-z]+)['"]""")
+#: A command as the scripts spell it: called (``rcall``, ``redis.call``/``pcall``), read through
+#: ``try_read`` (lib/common) or planned by ``dep_op`` (lib/dependencies, flushed by rcall).
+_LUA_CALL = re.compile(r"""(?:rcall|redis\.p?call|try_read|dep_op)\(\s*['"]([A-Za-z]+)['"]""")
 
 
 def lua_commands() -> set[str]:
-    """Every Redis command the scripts of ``lua/`` spell (``rcall``/``redis.call``)."""
+    """Every Redis command the scripts of ``lua/`` spell (``_LUA_CALL``)."""
     text = "".join(p.read_text("utf-8") for p in sorted((ROOT / "lua").rglob("*.lua")))
     return {name.lower() for name in _LUA_CALL.findall(text)}
 

@@ -92,8 +92,11 @@ def test_the_adapter_resolves_each_extension_of_each_store(
     assert not any(isinstance(minimal, proto) for proto in EXTENSIONS.values())
     redis_store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     expected: list[tuple[Any, set[str]]] = [
-        (InMemoryTaskStore(), BUILT_IN | {"LimitsStore", "SchedulesStore"}),
-        (redis_store, BUILT_IN | REDIS_ONLY | {"LimitsStore", "SchedulesStore"}),
+        (InMemoryTaskStore(), BUILT_IN | {"LimitsStore", "SchedulesStore", "DependenciesStore"}),
+        (
+            redis_store,
+            BUILT_IN | REDIS_ONLY | {"LimitsStore", "SchedulesStore", "DependenciesStore"},
+        ),
         (minimal, set()),
     ]
     for store, names in expected:

@@ -362,8 +362,10 @@ def run(opts: Options) -> dict[str, Any]:
         workers=opts.workers,
         worker_processes_started=workers.spawned,
         worker_unexpected_exits=workers.unexpected_exits,
-        # the tasks beside the planned --tasks: the trickle (x...) and the limits' (l...)
+        # the tasks beside the planned --tasks: the trickle (x...) and the limits' (l...), and
+        # the dependencies' graphs (g..., producer.graph_clumps)
         filler_tasks=sum(1 for t in acked_tasks if t.startswith(("x", "l"))),
+        graph_tasks=sum(1 for t in acked_tasks if t.startswith("g")),
         # Why a submit stayed unacknowledged (its last log line), so a short count explains itself.
         unacknowledged_submits=unacknowledged(log.records, set(submitted) - set(acked_submits)),
         faults_scheduled=dict(nemesis.scheduled),

@@ -159,9 +159,12 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     )  # fmt: skip
     if not child:
         say_ctrl_c_once_handled()
-    # Under a --processes parent a signal may arrive twice, directly and forwarded: a repeat
-    # within 2 s is the same request. A lone worker gets each one once.
-    controller.run_forever(grace=options.grace, same_signal_within=2.0 if child else 0.0)
+    # Under a --processes parent the requests come through the control pipe (its end: the
+    # parent died), and a signal that reaches the child directly only asks for the graceful
+    # shutdown (runtime/signals.py). A lone worker gets each signal once.
+    from chongming_redis.cli.worker_parent import parent_control
+
+    controller.run_forever(grace=options.grace, parent=parent_control() if child else None)
 
 
 #: How often a worker on a store without nudges (SQLite, PostgreSQL) looks for new tasks and

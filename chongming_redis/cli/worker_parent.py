@@ -8,8 +8,14 @@ them running.
 * A child that dies later (killed, crashed) is restarted with backoff (1 s, doubling, at most
   ``max_backoff``), and the parent logs it; capacity never halves silently. A child that keeps
   dying at once ``give_up_after`` times in a row ends the parent with an error.
-* SIGTERM/SIGINT are forwarded to the children; then nothing is restarted and the parent exits
-  0 once they have shut down.
+* SIGTERM/SIGINT are passed on to the children; then nothing is restarted and the parent exits
+  0 once they have shut down. A forked child hears its parent through a pipe (``control``):
+  ``b"1"`` asks for a graceful shutdown, ``b"2"`` (the parent's second signal: a second
+  Ctrl-C) for handing the running tasks back at once, and the end of the pipe — the parent
+  gone, however it died, SIGKILL included — for a graceful shutdown: a child never outlives
+  its parent serving buckets. A signal that reaches a child directly (a terminal's Ctrl-C
+  goes to the whole process group, systemd's ``KillMode=control-group`` to every process)
+  asks for the graceful shutdown only, so each request counts once, through the parent.
 
 Children are forked from the parent (``ForkedChild``) once it has imported the app: a child
 starts in milliseconds instead of paying a fresh interpreter and its imports (~0.2 s), which is
@@ -21,6 +27,7 @@ line (``subprocess``) works the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,8 +39,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-#: The signals that stop a worker (the parent forwards both to its children).
+from chongming_redis.runtime.signals import GRACEFUL, NOW
+
+#: The signals that stop a worker (the parent passes both on to its children).
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+#: In a forked child: the read end of its control pipe (``None`` in any other process).
+_control_fd: int | None = None
+
+
+def parent_control() -> int | None:
+    """In a child forked by ``ForkedChild``: the file descriptor of its control pipe (read
+    it for the parent's requests; its end means the parent is gone), else ``None``."""
+    return _control_fd
 
 
 class ChildProcess(Protocol):
@@ -54,8 +71,10 @@ class ForkedChild:
     of ``subprocess.Popen`` the parent uses."""
 
     def __init__(self, main: Callable[[], None]) -> None:
+        global _control_fd
         sys.stdout.flush()
         sys.stderr.flush()
+        read_end, write_end = os.pipe()
         # SIGINT/SIGTERM are blocked across the fork: one that reaches the new child before
         # it has its own handler stays pending until it has one (``_run_child``), never runs
         # a handler inherited from the parent, and is never lost.
@@ -63,17 +82,36 @@ class ForkedChild:
         try:
             pid = os.fork()
             if pid == 0:  # the child: never returns into the parent's code
+                os.close(write_end)  # only the parent holds it: its end is the parent's death
+                _control_fd = read_end
                 os._exit(_run_child(main, mask))
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(read_end)
+        # A later child must not inherit this one's pipe (it would keep it open).
+        os.set_inheritable(write_end, False)
         self.pid = pid
         self.returncode: int | None = None
+        self.control: int | None = write_end
+
+    def request_stop(self, *, now: bool) -> None:
+        """Ask the child to shut down (``now``: hand its running tasks back at once)."""
+        if self.control is None or self.poll() is not None:
+            return
+        with contextlib.suppress(OSError):  # it exited meanwhile (EPIPE): nothing to ask
+            os.write(self.control, NOW if now else GRACEFUL)
+
+    def _close_control(self) -> None:
+        if self.control is not None:
+            os.close(self.control)
+            self.control = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
+                self._close_control()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -167,11 +205,7 @@ def supervise_children(
     first_round = True
     while True:
         if stopping.is_set():
-            for child in children:
-                if child.proc.poll() is None:
-                    child.proc.send_signal(received[0])
-            for child in children:
-                child.proc.wait()
+            _stop_children(children, received, poll)
             return 0
         for i, child in enumerate(children):
             code = child.proc.poll()
@@ -198,6 +232,27 @@ def supervise_children(
         if first_round and all(time.monotonic() - c.started_at >= startup for c in children):
             first_round = False
         stopping.wait(poll)
+
+
+def _stop_children(children: list[_Child], received: list[int], poll: float) -> None:
+    """Pass the stop on, then wait for every child: the first signal asks each for a graceful
+    shutdown, any later one (a second Ctrl-C, while they shut down) for handing back now."""
+    passed = 0
+    while True:
+        for index in range(passed, len(received)):  # the handler appends as signals come
+            for child in children:
+                _request_stop(child.proc, received[index], now=index > 0)
+            passed = index + 1
+        if all(child.proc.poll() is not None for child in children):
+            return
+        time.sleep(poll / 4)
+
+
+def _request_stop(proc: ChildProcess, signum: int, *, now: bool) -> None:
+    if isinstance(proc, ForkedChild):
+        proc.request_stop(now=now)
+    elif proc.poll() is None:  # a command line: the signal itself
+        proc.send_signal(signum)
 
 
 def _spawn(command: Sequence[str] | Callable[[], None], slot: int, failures: int = 0) -> _Child:

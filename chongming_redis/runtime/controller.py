@@ -312,14 +312,17 @@ class Controller(Submitting):
         self.runner.close()
         self.notifier.close()
 
-    def run_forever(self, grace: float = 30.0, *, same_signal_within: float = 0.0) -> None:
+    def run_forever(
+        self, grace: float = 30.0, *, same_signal_within: float = 0.0, parent: int | None = None
+    ) -> None:
         """``start()``, then block until SIGTERM/SIGINT: the first signal shuts down gracefully
         (``grace`` seconds), a second one hands the running tasks back at once.
         ``same_signal_within``: a repeat this soon is the same request — for a worker under a
         ``--processes`` parent, to which Ctrl-C and systemd's ``KillMode=control-group``
         deliver it both directly and through the parent (2 s there; a lone worker gets every
-        signal once, so a quick second Ctrl-C counts)."""
-        signals = ShutdownSignals(self.owner, grace, same_signal_within)
+        signal once, so a quick second Ctrl-C counts). ``parent``: a forked child's control
+        pipe (``runtime/signals.py``: the parent's requests, and its death)."""
+        signals = ShutdownSignals(self.owner, grace, same_signal_within, parent)
         signals.install()
         self.start()
         signals.stop.wait()

@@ -6,7 +6,8 @@ with real processes on a real redis-server:
   gracefully and hands its running task back;
 * two Ctrl-C as a terminal sends them (SIGINT to the whole process group, 0.5 s apart): before,
   the second reached each child within 2 s of the first and was taken for the same one, so the
-  whole 30 s grace ran; now the parent passes the second on and the children hand back at once.
+  whole 30 s grace ran; now the parent passes the second on and the children hand back at once,
+  and the task's line says it was handed back (an INFO line, not "ERROR ... lost").
 """
 
 from __future__ import annotations
@@ -116,6 +117,9 @@ def test_a_second_ctrl_c_under_processes_hands_back_at_once(
         assert took < 20, f"the second Ctrl-C was not heard: {took:.1f}s\n{err}"
         assert "handing running tasks back now" in err
         assert handed_back(store, task_id)
+        # Logged for what it is (before: "ERROR ... lost" while the task was PENDING).
+        assert f"task {task_id} work handed back at shutdown: attempt 2 next (pending)" in err
+        assert f"task {task_id} work lost" not in err
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)

@@ -40,6 +40,8 @@ class Held:
     #: ``write_lock``, so a hand-back or a pause racing the function's return cannot move a
     #: finished task on.
     ended: bool = False
+    #: Its end here was a hand-back (``Writer.hand_back``): the run is over, the task is not.
+    handed_back: bool = False
     final_outcome: str = "already-terminal"
     queued: bool = False  # waiting for the group committer
     #: Counted in the runner's outstanding tasks: until its end is written (or it is let go),

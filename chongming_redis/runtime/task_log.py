@@ -39,15 +39,26 @@ class TaskLog:
 
     def ended(self, held: Held, ending: Ending, started: float, detail: str | None = None) -> None:
         """``task <id> <name> succeeded in 12.3 ms`` (``: <detail>`` after a failure or loss);
-        ``started``: ``time.monotonic()`` when it started."""
+        ``started``: ``time.monotonic()`` when it started. A run this process handed back
+        (``held.handed_back``) is counted as ``lost`` (its result is discarded) but has had its
+        line already (``handed_back``): the task is not lost, it waits for its next attempt."""
         seconds = time.monotonic() - started
         snapshot = held.snapshot
         self.events.task_ended(snapshot.name, ending, seconds)
         level = LEVELS[ending]
-        if task_log.isEnabledFor(level):
+        if task_log.isEnabledFor(level) and not (ending == "lost" and held.handed_back):
             suffix = "" if detail is None else f": {detail}"
             _emit(level, "task %s %s %s in %.1f ms%s", snapshot.task_id, snapshot.name, ending,
                   seconds * 1000, suffix)  # fmt: skip
+
+
+def handed_back(held: Held, why: str) -> None:
+    """``task <id> <name> handed back at shutdown: attempt 2 next`` (INFO), written when the
+    hand-back is (the process may exit before the task's thread notices it)."""
+    snapshot = held.snapshot
+    if task_log.isEnabledFor(logging.INFO):
+        _emit(logging.INFO, "task %s %s handed back %s: attempt %d next (%s)", snapshot.task_id,
+              snapshot.name, why, snapshot.attempt, snapshot.status.value)  # fmt: skip
 
 
 def _emit(level: int, message: str, *args: object) -> None:

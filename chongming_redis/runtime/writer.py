@@ -27,6 +27,7 @@ from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import Held, HeldTasks, advance, without_lease
 from chongming_redis.runtime.store_adapter import StoreAdapter
+from chongming_redis.runtime.task_log import handed_back
 
 log = logging.getLogger("chongming_redis.runtime")
 
@@ -205,6 +206,7 @@ class TaskWriter:
             if held.ended:
                 return
             held.ended = True
+            held.handed_back = policy != "stop"
             if policy == "stop":
                 self._move(held, TaskStatus.STOPPED, f"stopped {why}", None, {})
             elif held.snapshot.status is TaskStatus.PAUSED:
@@ -214,6 +216,8 @@ class TaskWriter:
                 self._move(held, TaskStatus.PENDING, f"handed back {why}", None,
                            {"attempt": held.snapshot.attempt + 1, "progress": None})  # fmt: skip
         held.done = True
+        if held.handed_back:
+            handed_back(held, why)
         held.ctx.lose(f"handed back {why}")  # the task thread stops at its next checkpoint
         if self.flush(held) and held.snapshot.status is TaskStatus.PAUSED:
             # End our lease where the new attempt begins, so nobody takes it for held (and no

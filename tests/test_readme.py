@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,3 +181,28 @@ def test_the_cli_transcript_is_what_the_cli_prints(app_dir: tuple[Path, str]) ->
         wanted = [e.replace(shown_id, real_id) for e in expected]
         got = [re.sub(r"after \d+ ms", "after N ms", o) for o in out]
         assert got == [re.sub(r"after \d+ ms", "after N ms", w) for w in wanted], command
+
+
+def test_the_contract_examples_bind_as_the_readme_shows() -> None:
+    """'Prove your own backend': each class binds its contract (run here on the in-memory
+    store, with the extensions it really has); before, the README said the extension and feed
+    contracts bind like StoreContract, from a module they are not in."""
+    from chongming_redis.stores.memory import InMemoryTaskStore
+    from chongming_redis.testing.extensions_contract import ExtensionsContract
+    from chongming_redis.testing.feed_contract import FeedContract
+    from chongming_redis.testing.store_contract import StoreContract
+
+    names: dict[str, Any] = {"MyStore": lambda *_: InMemoryTaskStore()}
+    exec(block("class TestMyStore(StoreContract)"), names)
+    exec(block("class TestMyStoreExtensions(ExtensionsContract)"), names)
+    assert issubclass(names["TestMyStore"], StoreContract)
+    assert issubclass(names["TestMyStoreExtensions"], ExtensionsContract)
+    assert names["TestMyStoreExtensions"].expected_extensions == {"BatchingStore",
+                                                                  "ServerClockStore"}  # fmt: skip
+    feed = names["TestMyStoreFeed"]()
+    assert isinstance(feed, FeedContract)
+    feed.setup_method(None)
+    try:
+        feed.test_a_first_read_over_several_pages_returns_every_task_once_in_order()
+    finally:
+        feed.teardown_method(None)

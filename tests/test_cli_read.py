@@ -300,20 +300,34 @@ def test_prune_drops_the_oldest_in_steps_and_keeps_the_newest(
 # -- the durability warning -------------------------------------------------------------------
 
 
-def test_the_durability_warning_is_for_the_commands_that_write_not_every_look(
-    namespace: str,
-) -> None:
+def test_the_durability_warning_is_the_workers_not_every_commands(namespace: str) -> None:
+    """Printed once, where it matters (the worker writes every task's progress), not by every
+    submit, stop, wait, result or look (issue 30, item 5)."""
     server = RedisProc(extra_args=("--appendonly", "no"))
     try:
         common = (f"--redis={server.url}", f"--namespace={namespace}")
         result = cli("submit", APP, "work", *common)
         (task_id,) = ok(result).split()
-        warnings = [line for line in result.stderr.splitlines() if "appendonly is off" in line]
-        assert len(warnings) == 1, result.stderr
-        for args in (("tasks",), ("show", task_id), ("stats",), ("tasks", "--json")):
+        assert result.stderr == "", result.stderr
+        for args in (("tasks",), ("show", task_id), ("stats",), ("tasks", "--json"),
+                     ("stop", task_id, "--no-wait"), ("result", task_id)):  # fmt: skip
             looked = cli(*args, *common)
-            ok(looked)
-            assert looked.stderr == "", (args, looked.stderr)
+            assert looked.returncode in (0, 3), (args, looked.stderr)  # 3: ended, no result
+            assert "appendonly" not in looked.stderr, (args, looked.stderr)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "chongming_redis.cli", "worker", APP, *common],
+            cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert worker.stderr is not None
+            lines = []
+            while not any("worker " in line and " slots" in line for line in lines):
+                lines.append(worker.stderr.readline())
+                assert lines[-1], "the worker exited: " + "".join(lines)
+            assert sum("appendonly is off" in line for line in lines) == 1, lines
+        finally:
+            worker.terminate()
+            worker.communicate(timeout=60)
     finally:
         server.close()
 

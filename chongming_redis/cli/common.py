@@ -167,15 +167,16 @@ def open_store(
     namespace: str,
     *,
     store_url: str | None = None,
-    check_server: bool = True,
+    check_server: bool = False,
     create: bool = False,
     durability_replicas: int = 0,
     cluster: bool = False,
 ) -> Any:
     """The namespace's store, from ``--redis`` or ``--store`` (``_one_store`` leaves at most
     one of them); fails with one line when the URL is bad or the server cannot be reached.
-    ``check_server``: warn (once per process) about Redis settings that can lose data; the
-    read commands skip it, so the warning is not repeated on every ``tasks`` and ``show``.
+    ``check_server``: warn (once per process) about Redis settings that can lose data: the
+    worker does (where it matters: it writes every task's progress); every other command skips
+    it, so the warning is not repeated on every ``submit``, ``stop``, ``wait`` or ``tasks``.
     ``create``: a SQLite file that is not there yet is created (a worker, a submit); else it is
     refused, so a mistyped path reads as an error, not as an empty database.
     ``durability_replicas`` (``--durability-replicas``, Redis only): writes wait for that

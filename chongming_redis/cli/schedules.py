@@ -72,13 +72,13 @@ IdArg = Annotated[str, typer.Argument(metavar="ID", help="the schedule's id")]
 
 @contextmanager
 def _client(redis: str | None, namespace: str, store_url: str | None, durability: int,
-            cluster: bool, *, writes: bool = True) -> Iterator[Client]:  # fmt: skip
+            cluster: bool) -> Iterator[Client]:  # fmt: skip
     """A client of the namespace's store (closed after); an unknown id is one line naming the
     namespace."""
     from chongming_redis.client.client import Client
 
-    store = open_store(redis, namespace, store_url=store_url, check_server=writes,
-                       durability_replicas=durability, cluster=cluster)  # fmt: skip
+    store = open_store(redis, namespace, store_url=store_url, durability_replicas=durability,
+                       cluster=cluster)  # fmt: skip
     client = Client(store, name=f"cli-{os.uname().nodename}-{os.getpid()}", owns_store=True)
     try:
         yield client
@@ -206,8 +206,8 @@ def list_schedules(
     cluster: ClusterOpt = False,
 ) -> None:
     """Every schedule: task, timing, paused, next tick, outcome counts, last task."""
-    with user_errors(), _client(redis, namespace, store_url, durability_replicas, cluster,
-                                writes=False) as client:  # fmt: skip
+    with user_errors(), _client(redis, namespace, store_url, durability_replicas,
+                                cluster) as client:  # fmt: skip
         found = client.schedules.list()
         if as_json:
             print_json({"namespace": namespace, "schedules": [schedule_json(s) for s in found]})
@@ -230,8 +230,8 @@ def show(
     cluster: ClusterOpt = False,
 ) -> None:
     """One schedule: its definition, its state and its recent outcomes (newest last)."""
-    with user_errors(), _client(redis, namespace, store_url, durability_replicas, cluster,
-                                writes=False) as client:  # fmt: skip
+    with user_errors(), _client(redis, namespace, store_url, durability_replicas,
+                                cluster) as client:  # fmt: skip
         stored = client.schedules.get(schedule_id)
         if stored is None:
             raise ScheduleNotFound(schedule_id)

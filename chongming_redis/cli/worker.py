@@ -143,7 +143,7 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     )  # the port first: fail fast
     store = open_store(options.redis, options.namespace, store_url=options.store_url,
                        create=True, durability_replicas=options.durability_replicas,
-                       cluster=options.cluster)  # fmt: skip
+                       cluster=options.cluster, check_server=True)  # fmt: skip
     owner = f"{os.uname().nodename}-{os.getpid()}"
     retry = options.retry or worker_default()
     config = polling_for(store, options.config)

@@ -121,7 +121,7 @@ def test_a_worker_with_replace_limits_records_its_definitions(
     ran: list[bool] = []
     monkeypatch.setattr(Controller, "join_pool", lambda self, worker_lease: None)
     monkeypatch.setattr(Controller, "run_forever",
-                        lambda self, grace, same_signal_within: ran.append(True))  # fmt: skip
+                        lambda self, grace, **signals: ran.append(True))  # fmt: skip
     store.record_limits({"export.concurrency": to_json(Concurrency(9, per="customer"))},
                         {"export": ("export.concurrency",)})  # fmt: skip
     result = run("worker", APP, *STORE, "--replace-limits")

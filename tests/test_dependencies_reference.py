@@ -33,7 +33,7 @@ from chongming_redis.testing.contract.support import at
 
 W, P, R = TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.RUNNING
 S, F, X = TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.STOPPED
-SEEDS, STEPS = 30, 40
+SEEDS, STEPS = 20, 40
 FAR = datetime(2035, 1, 1, tzinfo=timezone.utc)  # every retention has run out by then
 
 

@@ -81,6 +81,28 @@ def test_catch_up_binds_every_task_and_only_an_empty_page_means_caught_up(
     assert consumer_factory().caught_up(), "persisted, not only in this object"
 
 
+def test_follow_yields_each_page_and_a_zero_once_each_time_it_catches_up(
+    consumer_factory: Factory,
+) -> None:
+    """A loop over ``follow`` hears that it is up to date: on an empty feed at once, and again
+    after each burst of changes (not on every idle poll)."""
+    store = InMemoryTaskStore()
+    reader = FeedReader(store, consumer_factory(), limit=2)
+    seen: list[tuple[int, bool]] = []
+    polls = iter(range(12))
+
+    def stop() -> bool:
+        n = next(polls)
+        if n == 4:  # a burst of three while it is idle
+            for i in range(3):
+                store.create(task(f"t{i}"))
+        return n == 11
+
+    for count in reader.follow(interval=0, stop=stop):
+        seen.append((count, reader.caught_up))
+    assert seen == [(0, True), (2, True), (1, True), (0, True)]
+
+
 def test_updates_and_tombstones_reach_the_bindings(consumer_factory: Factory) -> None:
     store = InMemoryTaskStore()
     store.create(task("a"))

@@ -52,7 +52,8 @@ def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_pa
                                env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                preexec_fn=_default_sigint)  # fmt: skip
     assert process.stdout is not None
-    assert "changes applied" in process.stdout.readline()
+    assert process.stdout.readline() == "1 changes applied; caught up: False\n"
+    assert process.stdout.readline() == "0 changes applied; caught up: True\n"  # it says so
     store.create(TaskSnapshot("during", "job", TaskStatus.SUCCEEDED, 1, T0, T0))
     store.prune(keep_terminal=0)
     deadline = time.monotonic() + 20
@@ -74,3 +75,21 @@ def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_pa
         _, err = process.communicate(timeout=10)
         raise AssertionError(f"no exit 10 s after SIGINT:\n{err}") from None
     assert rows == [("before", "pending"), ("during", "removed")]
+
+
+def test_on_an_empty_namespace_it_says_it_is_caught_up(
+    redis_proc: RedisProc, tmp_path: Path
+) -> None:
+    """Before, it printed nothing at all until a first change came."""
+    code = feed_example().replace("redis://127.0.0.1:6379/0", redis_proc.url)
+    code = code.replace('namespace="app"', 'namespace="app-empty"')
+    process = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                               preexec_fn=_default_sigint)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "0 changes applied; caught up: True\n"
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=10)

@@ -116,13 +116,20 @@ class FeedReader:
         self, *, interval: float = 1.0, stop: Callable[[], bool] = lambda: False
     ) -> Iterator[int]:
         """Catch up, then keep reading every ``interval`` seconds until ``stop()``; yields the
-        number of items of every non-empty page."""
+        number of items of every non-empty page, and ``0`` once each time it has caught up
+        (the first empty page after items, or the first read of an empty feed), so a loop over
+        it hears that it is up to date (``caught_up`` is then true)."""
+        idle = False  # the last page was empty (and its 0 was yielded)
         while not stop():
             count = self.step()
             if count:
+                idle = False
                 yield count
-            else:
-                time.sleep(interval)
+                continue
+            if not idle:
+                idle = True
+                yield 0
+            time.sleep(interval)
 
 
 def check_page(page: Any, cursor: str, limit: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from html import escape, unescape
 from urllib.parse import quote, urlencode
 
@@ -16,7 +17,7 @@ from starlette.testclient import TestClient
 from chongming_redis.dashboard import create_app
 from chongming_redis.model import TaskQuery, TaskStatus, Transition
 from chongming_redis.stores.protocol import TaskStore
-from tests.support.dashboard import AWKWARD_IDS, BASE, fill, link, row_ids
+from tests.support.dashboard import AWKWARD_IDS, BASE, fill, link, row_ids, snapshot
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -215,6 +216,23 @@ def test_a_task_page_shows_its_state_history_params_and_failure(
     assert "btn-stop" not in page.text  # read-only by default
 
 
+def test_a_task_page_shows_a_lease_only_while_held_and_names_the_time_zone(
+    web: TestClient, store: TaskStore
+) -> None:
+    """Before, a finished task showed "held by w1 until ..." (a lease long over) and every time
+    was printed without its zone (issue 30, item 5)."""
+    until = BASE + timedelta(seconds=30)
+    for task_id, status in (("held", TaskStatus.RUNNING), ("over", TaskStatus.SUCCEEDED)):
+        store.create(snapshot(task_id, 0, status=status, lease_owner="w1", lease_until=until))
+    held = unescape(web.get("/tasks/held").text)
+    assert "<dt>held by</dt>" in held
+    assert f"w1 until {until:%Y-%m-%d %H:%M:%S}.000 UTC" in held
+    over = unescape(web.get("/tasks/over").text)
+    assert "<dt>held by</dt>" not in over and " until " not in over
+    assert '<dt>last run by</dt><dd id="task-holder">w1</dd>' in over
+    assert f"{BASE:%Y-%m-%d %H:%M:%S}.000 UTC" in over  # created, with its zone
+
+
 @pytest.mark.parametrize("task_id", AWKWARD_IDS)
 def test_any_task_id_has_a_page_and_its_markup_is_escaped(
     web: TestClient, store: TaskStore, task_id: str
@@ -276,3 +294,18 @@ def test_a_task_page_shows_its_policies_its_retries_and_a_timeout(
     assert "120.0s after it finished" in timed and "inv-7" in timed
     plain = unescape(web.get("/tasks/plain").text)
     assert "the worker's default" in plain and "retried" not in plain and "timed out" not in plain
+
+
+def test_the_bucket_tables_counts_line_up_under_their_headings(
+    web: TestClient, store: TaskStore
+) -> None:
+    """Each count column's heading is aligned as its cells are (right, class ``n``): before,
+    the headings sat left over right-aligned numbers."""
+    fill(store)
+    table = web.get("/").text.split('<table class="buckets">', 1)[1].split("</table>", 1)[0]
+    head, body = table.split("</thead>", 1)
+    headings = re.findall(r"<th( class=\"n\")?>([^<]+)</th>", head)
+    counted = [name for cls, name in headings if cls]
+    assert counted == [s.value for s in TaskStatus]
+    first_row = body.split("</tr>", 1)[0]
+    assert first_row.count('<td class="n">') == len(counted)

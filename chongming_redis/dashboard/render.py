@@ -37,10 +37,10 @@ def ago(seconds: float | None) -> str:
 
 
 def when(moment: datetime | None) -> str:
-    """A moment in UTC to the millisecond: ``2026-12-01 10:31:02.123``."""
+    """A moment in UTC to the millisecond, its zone named: ``2026-12-01 10:31:02.123 UTC``."""
     if moment is None:
         return "–"
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
 def value(data: Any) -> str:

@@ -314,6 +314,28 @@ def test_seed_ranges() -> None:
         stress_main.parse(["--seed=3", "--seeds=1..2"])
 
 
+def test_a_command_line_mistake_is_one_error_line_and_exit_1_as_on_every_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before: argparse's usage block and exit 2 (the status of a run that could not start),
+    '--workers 0' accepted, rst markup in --help and no example."""
+    for bad, said in ((["--workers=x"], "--workers: expected a number, not 'x'"),
+                      (["--workers=0"], "--workers: must be at least 1, not 0"),
+                      (["--tasks=0"], "--tasks: must be at least 1"),
+                      (["--seconds=0"], "--seconds: must be at least 1"),
+                      (["--bogus"], "unrecognized arguments: --bogus")):  # fmt: skip
+        with pytest.raises(SystemExit) as exited:
+            stress_main.parse(bad)
+        assert exited.value.code == 1, bad
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and said in err, err
+        assert "(see: chongming-redis stress --help)" in err
+    with pytest.raises(SystemExit):
+        stress_main.parse(["--help"])
+    shown = capsys.readouterr().out
+    assert "``" not in shown and "example: chongming-redis stress --workers 3" in shown
+
+
 # -- the checkers on hand-made histories ------------------------------------------------------
 
 

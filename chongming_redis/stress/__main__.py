@@ -2,7 +2,8 @@
 a real pool of worker processes (see ``chongming_redis.stress.harness``).
 
 Exit status 0 only when every checker found nothing and every scheduled fault fired; 1 when
-not; 2 when the run could not start (e.g. the namespace given already holds data).
+not, and for a mistake on the command line (one ``error:`` line, as every command prints it;
+nothing is run); 2 when the run could not start (e.g. the namespace given already holds data).
 
 ``--seeds A..B`` runs one stress run per seed A, A+1, ..., B, one after the other, and prints
 one summary line per seed (seed, tasks, violations, faults fired/scheduled); the exit status is
@@ -16,7 +17,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from redis import RedisError
 from redis.exceptions import RedisClusterException
@@ -32,12 +33,46 @@ from chongming_redis.stress.report import VIOLATION_KINDS, render
 CANNOT_RUN = (StressError, EmbeddedRedisError, RedisError, RedisClusterException, StoreError)
 
 
+#: ``--help``'s description: plain text (the module docstring is for readers of the code).
+DESCRIPTION = """\
+A stress run against a real pool of worker processes under faults (worker SIGKILL and SIGSTOP,
+clock skew, Redis kill -9 and restart, dropped connections), then checkers that read the stored
+histories: exactly-once starts, no lost acknowledged write, the policies, limits, schedules and
+dependencies (docs/reliability.md).
+
+Exit status: 0 when every checker found nothing and every scheduled fault fired; 1 when not, or
+for a mistake on the command line; 2 when the run could not start (the namespace holds data, no
+server). --seeds A..B runs one run per seed and prints one summary line each."""
+EXAMPLE = ("example: chongming-redis stress --workers 3 --tasks 150 --seconds 20 --seed 1 "
+           "--json report.json")  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """A mistake is one ``error:`` line and exit status 1, as on every other command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"error: {message} (see: chongming-redis stress --help)\n")
+
+
+def _at_least(minimum: float, kind: type = int) -> Any:
+    def check(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {text}")
+        return value
+
+    return check
+
+
 def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int] | None]:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="chongming-redis stress",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=invariants(),
+        epilog=f"{invariants()}\n\n{EXAMPLE}",
     )
     p.add_argument(
         "--redis",
@@ -54,10 +89,11 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         help="an empty namespace for the run, deleted at the end unless --keep "
         "(default: stress-<seed>-<random>)",
     )
-    p.add_argument("--workers", type=int, default=3, help="worker processes (K)")
-    p.add_argument("--tasks", type=int, default=150, help="tasks to submit (N)")
-    p.add_argument("--commands", type=int, default=None, help="stop/pause/resume (M)")
-    p.add_argument("--seconds", type=float, default=20.0, help="load and fault window")
+    p.add_argument("--workers", type=_at_least(1), default=3, help="worker processes (K)")
+    p.add_argument("--tasks", type=_at_least(1), default=150, help="tasks to submit (N)")
+    p.add_argument("--commands", type=_at_least(0), default=None, help="stop/pause/resume (M)")
+    p.add_argument("--seconds", type=_at_least(1, float), default=20.0,
+                   help="load and fault window")  # fmt: skip
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, default=1)
     seeds.add_argument(
@@ -66,9 +102,9 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         metavar="A..B",
         help="a matrix: one run per seed from A to B (inclusive), one summary line each",
     )
-    p.add_argument("--concurrency", type=int, default=4, help="task slots per worker")
-    p.add_argument("--task-lease", type=float, default=2.0)
-    p.add_argument("--drain-seconds", type=float, default=45.0)
+    p.add_argument("--concurrency", type=_at_least(1), default=4, help="task slots per worker")
+    p.add_argument("--task-lease", type=_at_least(0.5, float), default=2.0)
+    p.add_argument("--drain-seconds", type=_at_least(1, float), default=45.0)
     p.add_argument("--keep", action="store_true", help="leave the data, logs and AOF")
     p.add_argument("--workdir", help="where logs go (default: a temporary directory)")
     p.add_argument(

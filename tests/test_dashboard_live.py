@@ -135,7 +135,10 @@ def test_a_list_page_updates_its_rows_and_counts_new_matching_tasks(
         return got == {"list-notice", "row-2"}
 
     patches = patches_until(
-        f"{base}/events/tasks?limit=5&name=resize", both_seen, act=change, timeout=15
+        f"{base}/events/tasks?order=oldest&limit=5&name=resize",
+        both_seen,
+        act=change,
+        timeout=15,
     )
     rows = {k: v for p in patches for k, v in p.items() if k.startswith("row-")}
     assert 'data-status="lost"' in rows["row-2"]

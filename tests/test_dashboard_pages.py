@@ -153,7 +153,8 @@ def test_paging_walks_every_task_once_forwards_and_backwards(
 
 def test_paging_with_a_filter_and_the_first_page_link(web: TestClient, store: TaskStore) -> None:
     fill(store)
-    expected = [t.task_id for t in store.query(TaskQuery(name_prefix="mail"))]
+    # No order given: newest first (the default).
+    expected = [t.task_id for t in store.query(TaskQuery(name_prefix="mail", newest_first=True))]
     pages = walk(web, "/tasks?prefix=mail&limit=5", "next-page")
     assert [i for page in pages for i in page] == expected
     second = web.get(link(web.get("/tasks?prefix=mail&limit=5").text, "next-page") or "")
@@ -164,7 +165,7 @@ def test_paging_with_a_filter_and_the_first_page_link(web: TestClient, store: Ta
 def test_a_page_after_a_pruned_task_still_follows_on(web: TestClient, store: TaskStore) -> None:
     fill(store)
     mark = f"{int((BASE.timestamp()) * 1_000_000)}.task-000"  # the first task's mark
-    page = web.get("/tasks?limit=500&after=" + quote(mark, safe=""))
+    page = web.get("/tasks?order=oldest&limit=500&after=" + quote(mark, safe=""))
     expected = [t.task_id for t in store.query()][1:]
     assert row_ids(page.text) == expected
 
@@ -309,3 +310,20 @@ def test_the_bucket_tables_counts_line_up_under_their_headings(
     assert counted == [s.value for s in TaskStatus]
     first_row = body.split("</tr>", 1)[0]
     assert first_row.count('<td class="n">') == len(counted)
+
+
+def test_the_list_shows_the_newest_tasks_first_unless_asked_otherwise(
+    web: TestClient, store: TaskStore
+) -> None:
+    """Before, a plain /tasks listed the oldest first: a newcomer looking for what just ran
+    had to find the order menu (issue 30, item 5)."""
+    fill(store)
+    newest = [t.task_id for t in store.query(TaskQuery(newest_first=True, limit=5))]
+    oldest = [t.task_id for t in store.query(TaskQuery(limit=5))]
+    plain = web.get("/tasks?limit=5").text
+    assert row_ids(plain) == newest
+    assert '<option value="newest" selected>' in plain
+    asked = web.get("/tasks?limit=5&order=oldest").text
+    assert row_ids(asked) == oldest
+    assert "order=oldest" in (link(asked, "next-page") or "")  # paging keeps the order asked
+    assert "order=" not in (link(plain, "next-page") or "")  # the default needs no parameter

@@ -23,7 +23,7 @@ from chongming_redis.dashboard import create_app
 from chongming_redis.schedules import Overlap, Schedule
 
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
-SHOWN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
+SHOWN = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"
 
 
 class NoSchedules(InMemoryTaskStore):

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O. A list URL holds every ``TaskQuery`` filter (``status`` and ``bucket``
 repeat; ``prefix`` is ``name_prefix``; ``pipeline`` is ``pipeline_run_id``), ``order``
-(``oldest`` | ``newest``), ``limit`` (the page size) and at most one paging mark: ``after`` (the
+(``newest``, the default: what just happened first | ``oldest``), ``limit`` (the page size) and at most one paging mark: ``after`` (the
 next page starts after this task) or ``before`` (the previous page ends before it). A mark is
 ``<created_at in µs>.<task_id>``: keyset paging, so page 400 costs what page 1 does.
 """
@@ -19,6 +19,8 @@ from chongming_redis.stores.codec import decode_dt, encode_dt
 from chongming_redis.validation import check_identifier
 
 DEFAULT_PAGE = 50
+#: A list without ``order`` shows the newest tasks first (what a user opening it looks for).
+DEFAULT_ORDER = "newest"
 MAX_PAGE = 500
 Mark = tuple[datetime, str]
 
@@ -42,8 +44,8 @@ class ListRequest:
             if value is not None:
                 params.append((key, value))
         params += [("bucket", str(b)) for b in sorted(q.buckets or ())]
-        if q.newest_first:
-            params.append(("order", "newest"))
+        if q.newest_first != (DEFAULT_ORDER == "newest"):
+            params.append(("order", "newest" if q.newest_first else "oldest"))
         if q.limit != DEFAULT_PAGE:
             params.append(("limit", str(q.limit)))
         return params
@@ -103,7 +105,7 @@ def parse_list_request(params: Mapping[str, Sequence[str]]) -> ListRequest:
 
     statuses = frozenset(_status(v) for v in params.get("status", ()) if v)
     buckets = frozenset(_bucket(v) for raw in params.get("bucket", ()) for v in _split(raw))
-    order = one("order") or "oldest"
+    order = one("order") or DEFAULT_ORDER
     if order not in ("oldest", "newest"):
         raise BadFilter(f"order must be oldest or newest, not {order!r}")
     limit = _page_size(one("limit"))

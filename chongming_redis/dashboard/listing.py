@@ -2,8 +2,9 @@
 
 Pure functions, no I/O. A list URL holds every ``TaskQuery`` filter (``status`` and ``bucket``
 repeat; ``prefix`` is ``name_prefix``; ``pipeline`` is ``pipeline_run_id``), ``order``
-(``newest``, the default: what just happened first | ``oldest``), ``limit`` (the page size) and at most one paging mark: ``after`` (the
-next page starts after this task) or ``before`` (the previous page ends before it). A mark is
+(``newest``, the default: what just happened first | ``oldest``), ``limit`` (the page size)
+and at most one paging mark: ``after`` (the next page starts after this task) or ``before``
+(the previous page ends before it). A mark is
 ``<created_at in µs>.<task_id>``: keyset paging, so page 400 costs what page 1 does.
 """
 

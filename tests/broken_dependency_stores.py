@@ -2,8 +2,9 @@
 of ``DependenciesStore`` (``stores/dependency_store.py``) through the smallest hook of its
 ``MemoryDependencies`` mixin; ``CAUGHT_BY`` names the ``ExtensionsContract`` test
 (``testing/extensions/dependencies.py``) that must fail on it. ``test_extensions_teeth.py`` merges
-``BROKEN``, ``CAUGHT_BY`` and ``SOUND`` (``_Judging``, the release rule as a hook, and ``_InCommit``:
-sound as written, so a subclass fails for the one rule it changes) and declares ``EXTENSION``."""
+``BROKEN``, ``CAUGHT_BY`` and ``SOUND`` (``_InCommit``: sound as written, so a subclass fails
+for the one rule it changes) and declares ``EXTENSION``. The release rule is the reference's
+own hook, ``_decide``."""
 
 from __future__ import annotations
 
@@ -25,27 +26,6 @@ EXTENSION = "DependenciesStore"
 W = TaskStatus.WAITING
 _WAITING = W.value
 _Refusal = ParentNotFound | WaitingMove | None
-
-
-class _Judging(InMemoryTaskStore):
-    """The reference's ``_apply`` with the release rule (``parents.release``) as a hook."""
-
-    def _apply(self, child: str, parent: str, outcome: str) -> bool:
-        edges = self._edges.get(child)
-        if edges is None or edges.get(parent) is not False:
-            return False
-        edges[parent] = True
-        row = self._tasks[child]
-        if row["status"] != _WAITING:
-            return False
-        unmet = sum(1 for met in edges.values() if not met)
-        decision = self._decide(str(row["on_parent_failure"] or STOP), outcome, unmet)
-        if decision is None:
-            return False
-        return self._move_child(child, row, decision, parent, outcome)
-
-    def _decide(self, policy: str, outcome: str, unmet: int) -> Release | None:
-        return release(policy, outcome, unmet)
 
 
 # -- WAITING, counted, queried and in the feed --------------------------------------------------
@@ -106,21 +86,21 @@ class WritesTheChildBeforeRefusing(InMemoryTaskStore):
 # -- a parent ends: the release rule ----------------------------------------------------------
 
 
-class ReleasesOnTheFirstEnd(_Judging):
+class ReleasesOnTheFirstEnd(InMemoryTaskStore):
     """The first parent to succeed releases the child, whatever the others do."""
 
     def _decide(self, policy: str, outcome: str, unmet: int) -> Release | None:
         return release(policy, outcome, 0)
 
 
-class IgnoresTheRunPolicy(_Judging):
+class IgnoresTheRunPolicy(InMemoryTaskStore):
     """on_parent_failure is never read: every child is judged under "stop"."""
 
     def _decide(self, policy: str, outcome: str, unmet: int) -> Release | None:
         return release(STOP, outcome, unmet)
 
 
-class NeverStopsAChild(_Judging):
+class NeverStopsAChild(InMemoryTaskStore):
     """A failed parent under "stop" is skipped: the child waits for good, never STOPPED."""
 
     def _decide(self, policy: str, outcome: str, unmet: int) -> Release | None:
@@ -323,7 +303,7 @@ class LeavesTheCallsOwnChildren(_InCommit):
         return super()._apply(child, parent, outcome)
 
 
-class LostCountsAsSuccess(_Judging):
+class LostCountsAsSuccess(InMemoryTaskStore):
     """Only FAILED and STOPPED stop a child: a parent that ended LOST releases it."""
 
     def _decide(self, policy: str, outcome: str, unmet: int) -> Release | None:
@@ -443,7 +423,7 @@ CAUGHT_BY: dict[str, str] = {
     "AcceptsAnyReleaseLimit": BAD,
     "BacklogAfterClose": BAD,
 }
-SOUND: dict[str, type[InMemoryTaskStore]] = {"_Judging": _Judging, "_InCommit": _InCommit}
+SOUND: dict[str, type[InMemoryTaskStore]] = {"_InCommit": _InCommit}
 
 #: Every broken store of this module, by class name.
 BROKEN: dict[str, type[InMemoryTaskStore]] = {

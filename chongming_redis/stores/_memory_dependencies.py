@@ -122,10 +122,15 @@ class MemoryDependencies:
         if row["status"] != _WAITING:
             return False
         unmet = sum(1 for met in edges.values() if not met)
-        decision = release(str(row["on_parent_failure"] or "stop"), outcome, unmet)
+        decision = self._decide(str(row["on_parent_failure"] or "stop"), outcome, unmet)
         if decision is None:
             return False
         return self._move_child(child, row, decision, parent, outcome)
+
+    def _decide(self, policy: str, outcome: str, unmet: int) -> Release | None:
+        """The one release rule (``parents.release``), a method of its own so that a test
+        store can change the rule alone."""
+        return release(policy, outcome, unmet)
 
     def _move_child(self, child: str, row: Row, to: Release, parent: str, outcome: str) -> bool:
         now = datetime.now(timezone.utc)

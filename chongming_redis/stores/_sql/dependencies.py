@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from chongming_redis.errors import (
@@ -41,11 +40,10 @@ from chongming_redis.stores._sql.rows import (
     integer,
     text,
 )
-from chongming_redis.stores._sql.schema import FINAL_STATUSES, MAX_IN_LIST, Tx
+from chongming_redis.stores._sql.schema import FINAL_STATUSES, MAX_IN_LIST, Tx, store_clock_us
 from chongming_redis.stores.codec import (
     Row,
     decode_dt,
-    encode_dt,
     snapshot_to_row,
     transition_to_row,
 )
@@ -283,10 +281,5 @@ class Duties:
         """The store's clock (µs), read once per transaction: the database server's where
         it has one (``Dialect.clock_us``), else this machine's (SQLite's)."""
         if self._now_us is None:
-            sql = self._tx.dialect.clock_us
-            if sql:
-                ((value,),) = self._tx.rows(sql)
-                self._now_us = int(value)
-            else:
-                self._now_us = encode_dt(datetime.now(timezone.utc))
+            self._now_us = store_clock_us(self._tx)
         return self._now_us

@@ -15,13 +15,12 @@ the lines of the refs that refused a task, and its **parked** tasks. The rules a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
 
 from chongming_redis.limits import Concurrency, Limit, RateLimit, ref_limit_id, refill
 from chongming_redis.stores._sql.limits import _UNLIMITED, _limits, refs_of
 from chongming_redis.stores._sql.rows import integer, text
-from chongming_redis.stores._sql.schema import Tx, ready_ms
-from chongming_redis.stores.codec import Row, encode_dt
+from chongming_redis.stores._sql.schema import Tx, ready_ms, store_clock_us
+from chongming_redis.stores.codec import Row
 
 #: Rows a limited start walk reads per query once it refused one (a refused row waits in a
 #: blocked line, left out of the next page, so a walk through a newly flooded ref takes few).
@@ -160,13 +159,7 @@ class Gate:
 
     def _clock(self) -> int:
         if self._now_us is None:
-            sql = self._tx.dialect.clock_us
-            if sql:
-                ((server,),) = self._tx.rows(sql)
-                own = int(server)
-            else:
-                own = encode_dt(datetime.now(timezone.utc))
-            self._now_us = min(self._caller_us, own)
+            self._now_us = min(self._caller_us, store_clock_us(self._tx))
         return self._now_us
 
     def _wait(self, task_id: str, refs: Sequence[str]) -> None:

@@ -47,6 +47,7 @@ Tables (``schema_statements``):
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -80,6 +81,15 @@ class Tx(Protocol):
     def run(self, sql: str, params: Sequence[object] = ()) -> int:
         """Run a statement; the number of rows it matched (``rowcount``)."""
         ...
+
+
+def store_clock_us(tx: Tx) -> int:
+    """The store's clock now (µs since the epoch): the database server's where it has one
+    (``Dialect.clock_us``), else this machine's (SQLite runs here)."""
+    if tx.dialect.clock_us:
+        ((value,),) = tx.rows(tx.dialect.clock_us)
+        return int(value)
+    return int(time.time() * 1_000_000)
 
 
 def _in_placeholders(column: str, values: Sequence[object]) -> tuple[str, list[object]]:

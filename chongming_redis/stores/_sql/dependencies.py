@@ -91,6 +91,8 @@ class Duties:
         #: statuses of a created child's parents that had ended.
         self._previous: dict[str, str | None] = {}
         self._ended_parents: dict[str, list[tuple[str, str]]] = {}
+        #: The saved tasks that have parents (the others have no edge rows to drop).
+        self._with_edges: set[str] = set()
 
     # -- before a write ----------------------------------------------------------------------
 
@@ -104,7 +106,7 @@ class Duties:
             self._previous[task_id] = None
             return self._create_error(row, task_id) if status == _WAITING else None
         found = self._tx.rows(
-            f"SELECT status, status_version FROM tasks WHERE task_id = ?"
+            f"SELECT status, status_version, parents IS NOT NULL FROM tasks WHERE task_id = ?"
             f"{self._tx.dialect.for_update}",
             [task_id],
         )
@@ -112,6 +114,8 @@ class Duties:
             return None  # the save's own compare-and-set refuses it
         stored = text(found[0][0])
         self._previous[task_id] = stored
+        if found[0][2]:  # created WAITING: it has edge rows until it is final
+            self._with_edges.add(task_id)
         entering = status == _WAITING and stored != _WAITING
         leaving = stored == _WAITING and status != _WAITING and status not in FINAL_STATUSES
         if not (entering or leaving):
@@ -163,9 +167,10 @@ class Duties:
         elif (
             previous not in FINAL_STATUSES
             and status in FINAL_STATUSES
-            and self._ended(task_id, status)
+            and self._ended(task_id, status, has_edges=task_id in self._with_edges)
         ):
             self._release_from([task_id], RELEASE_STEP, moved)
+        self._with_edges.discard(task_id)
         return moved
 
     def _wait(
@@ -184,11 +189,14 @@ class Duties:
         for parent, outcome in ended:
             self._apply(child, parent, outcome, moved)
 
-    def _ended(self, task_id: str, status: str) -> bool:
+    def _ended(self, task_id: str, status: str, *, has_edges: bool = True) -> bool:
         """A task reached a final status: it stops waiting (its edges go, so its parents may
-        be pruned) and its end is recorded for its waiting children; whether it has any."""
+        be pruned) and its end is recorded for its waiting children; whether it has any.
+        ``has_edges``: it was created with parents (a task without has no edge rows: the end
+        of most tasks costs one probe, not a delete too)."""
         tx = self._tx
-        tx.run("DELETE FROM task_edges WHERE child_id = ?", [task_id])
+        if has_edges:
+            tx.run("DELETE FROM task_edges WHERE child_id = ?", [task_id])
         if not tx.rows(
             "SELECT 1 FROM task_edges WHERE parent_id = ? AND met = ? LIMIT 1", [task_id, 0]
         ):

@@ -239,6 +239,26 @@ class ClaimWindowIncludesUnclaimedFinished(_ClaimWindow):
         return leased or (row["finished_at"] is not None and row["lease_until"] is not None)
 
 
+class ClaimWindowTrimsOnlyFinishedHead(_ClaimWindow):
+    """claim's window drops finished commands only from the head of the queue (a lazy trim):
+    one completed without a claim behind an open command still takes a place in the window."""
+
+    def claim_commands(
+        self, *, now: datetime, lease_seconds: float, limit: int = 50
+    ) -> list[Command]:
+        with self._open():
+            ordered = sorted(
+                self._commands.values(), key=lambda r: (r["created_at"], r["command_id"])
+            )
+            head = next((i for i, r in enumerate(ordered) if r["finished_at"] is None), 0)
+            self._trimmed = {r["command_id"] for r in ordered[:head]}
+        return super().claim_commands(now=now, lease_seconds=lease_seconds, limit=limit)
+
+    def _window_skips(self, row: dict[str, Any], moment: int) -> bool:
+        leased = row["lease_until"] is not None and row["lease_until"] > moment
+        return (row["finished_at"] is None and leased) or row["command_id"] in self._trimmed
+
+
 class ClaimWindowIncludesLeased(_ClaimWindow):
     """claim's window of the oldest ``limit`` commands includes validly leased ones."""
 
@@ -690,6 +710,9 @@ CAUGHT_BY: dict[str, str] = {
     "CountsBumpOnRefusedCreate": "test_counts_do_not_move_on_a_refused_create_or_save",
     "CountsPruneDecrementsOncePerStatus": "test_counts_after_pruning_several_tasks_of_one_status_at_once",
     "ClaimWindowIncludesFinished": "test_finished_commands_never_occupy_the_claim_window",
+    "ClaimWindowTrimsOnlyFinishedHead": (
+        "test_commands_completed_unclaimed_between_open_ones_never_shrink_the_window"
+    ),
     "ClaimWindowIncludesLeased": "test_validly_leased_commands_never_occupy_the_claim_window",
     "ClaimWindowIncludesUnclaimedFinished": "test_commands_completed_without_a_claim_never_occupy_the_claim_window",
     "ReclaimLeasedFromOldExpiry": "test_a_reclaim_of_an_expired_command_is_leased_from_now",

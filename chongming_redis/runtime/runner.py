@@ -378,6 +378,7 @@ class Runner:
     def _lost(self, held: Held, why: str, started: float) -> None:
         """A task this process lost: nothing more is written, its result is discarded."""
         self.log.ended(held, "lost", started, f"{why}; its result is discarded")
+        self.writer.release_stops(held)  # its next holder answers them
         self.held.forget(held)
 
     def _fail(self, held: Held, failure: Failure, started: float, retried: bool = False) -> None:
@@ -398,6 +399,7 @@ class Runner:
         if not self.writer.end(held, status, reason, retry_after=retry_after, **changes):
             log.info("%s: %s was handed back before its end was recorded; %s is discarded",
                      self.writer.owner, held.task_id, status.value)  # fmt: skip
+            self.writer.release_stops(held)
             return
         held.done = True
         held.final_outcome = status.value

@@ -372,3 +372,17 @@ class TaskWriter:
         except StoreError as exc:  # its lease expires and it is handled again
             self.events.store_error("complete_command")
             log.warning("%s: command %s not completed: %s", self.owner, command_id, exc)
+
+    def release_stops(self, held: Held) -> None:
+        """A task this process lost, or handed back before its end was written: the stop
+        commands that waited for its end ("stopping") go back to the queue now. Kept, they
+        stayed leased here, unanswered, until ``command_lease`` ran out, while the task's next
+        holder ran it to its end; released, that holder stops it, or any worker answers
+        "already-terminal" (docs/reliability.md, the 20-seed matrix)."""
+        while held.stop_commands:  # popped one by one: the command thread may append one
+            command_id = held.stop_commands.pop(0)
+            try:
+                self.store.release_command(command_id, now=self.clock.now())
+            except StoreError as exc:  # its lease runs out and it is handled again then
+                self.events.store_error("commands")
+                log.warning("%s: command %s not released: %s", self.owner, command_id, exc)

@@ -159,6 +159,7 @@ def collect(
         "commands_sent": len(acked_commands),
         "commands_finished": sum(1 for c in commands.values() if c.get("f")),
         "command_outcomes": dict(Counter(c.get("o", "") for c in commands.values() if c.get("f"))),
+        "commands_unfinished": unfinished_commands(commands, leased),
         # the server-side command lease audit ({ns}:audit), replayed by check_command_leases
         "audit_claims": lease_audit.claims,
         "audit_completes": lease_audit.completes,
@@ -212,6 +213,26 @@ def check_limits(
         "limit_unjudged": result.unjudged,
         "limit_holders_at_end": sum(len(m) for m in holders.values()),
     }
+
+
+def unfinished_commands(
+    commands: dict[str, dict[str, str]], leased: list[str]
+) -> list[dict[str, str]]:
+    """The acknowledged commands still unfinished when the workers stopped: each with its task,
+    its kind and where it was, ``leased`` (a claim held it, lease end ``lu`` in µs) or
+    ``queued`` (claimable): the drain waits for the tasks, not for the commands."""
+    held = set(leased)
+    return [
+        {
+            "cid": cid,
+            "task": fields.get("t", ""),
+            "kind": fields.get("k", ""),
+            "where": "leased" if cid in held else "queued",
+            "lu": fields.get("lu", ""),
+        }
+        for cid, fields in sorted(commands.items())
+        if fields and not fields.get("f")
+    ]
 
 
 def failure_types(finals: dict[str, TaskSnapshot | None]) -> dict[str, int]:

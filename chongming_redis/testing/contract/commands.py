@@ -208,6 +208,23 @@ class CommandRules(ContractBase):
         assert self.claimed(10, limit=2) == ["newer", "newest"]
         assert self.claimed(100, limit=MAX_CLAIM_LIMIT) == ["new", "newer", "newest"]
 
+    def test_commands_completed_unclaimed_between_open_ones_never_shrink_the_window(self) -> None:
+        """The same rule where the never-claimed finished commands lie between open ones, not
+        only at the head of the queue: a claim of ``limit`` N takes N open commands, however
+        many such finished ones are older than the later ones, and the finished stay finished."""
+        self.store.submit_command(command("open0", created=0))
+        for i in range(5):
+            self.store.submit_command(command(f"gap{i}", created=1 + i / 100))
+            self.store.complete_command(f"gap{i}", now=at(1), outcome="already-terminal")
+        self.store.submit_command(command("open1", created=2))
+        self.store.submit_command(command("open2", created=3))
+        assert self.claimed(10, limit=2) == ["open0", "open1"]
+        assert self.claimed(10, limit=1) == ["open2"]
+        assert self.claimed(10, limit=1) == []
+        self.store.complete_command("gap0", now=at(11), outcome="again")  # a retry: harmless
+        assert self.claimed(100, limit=3) == ["open0", "open1", "open2"]
+        raises(CommandAlreadyExists, self.store.submit_command, command("gap0", created=9))
+
     def test_validly_leased_commands_never_occupy_the_claim_window(self) -> None:
         for i in range(150):
             self.store.submit_command(command(f"held{i:03}", created=i / 1000))

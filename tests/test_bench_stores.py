@@ -59,15 +59,22 @@ def test_store_ops_prints_every_call_and_the_summary(store: str) -> None:
 
 def test_store_throughput_drains_on_both_sql_stores_exactly_once() -> None:
     require_postgres()
+    # Two idle tasks per store, not the default twelve (each waits 2.5 s of quiet): the
+    # second comes after work and a quiet spell, the case the phase exists for, on both stores.
     out = run_bench("bench.store_throughput", "--stores=sqlite,postgres", "--tasks=100",
-                    "--latency-seconds=0.4", "--rate=25")  # fmt: skip
+                    "--latency-seconds=0.4", "--rate=25", "--idle-tasks=2")  # fmt: skip
     drains, _, latencies = out.partition("submit -> start latency")
+    latencies, _, idle = latencies.partition("idle submit -> start")
     for label in (LABELS["sqlite"], LABELS["postgres"]):
         for table, tasks in ((drains, "100"), (latencies, "10")):
             for workers in ("1", "2"):
                 row = [c.strip() for c in _row(table, label, workers).split("│")[1:-1]]
                 assert row[2] == tasks
                 assert row[-1] == "yes"  # exactly one start per task, all SUCCEEDED
+    for label in (LABELS["sqlite"], LABELS["postgres"]):  # each idle task started, once
+        (idle_row,) = [line for line in idle.splitlines() if line.startswith(f"│ {label} ")]
+        cells = [c.strip() for c in idle_row.split("│")[1:-1]]
+        assert cells[1] == "2" and cells[-1] == "yes", idle_row
     assert "NO (" not in out
 
 

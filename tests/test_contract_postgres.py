@@ -21,9 +21,9 @@ from chongming_redis.testing.store_contract import StoreContract
 from tests.support.pg_schemas import SchemaPool, schema_pool
 from tests.support.sqlite_files import SQLITE_EXTENSIONS
 
-#: Every extension but the Redis pub/sub nudges (``NudgeStore``): the runtime polls instead.
-#: The SQL stores share every method (``SqlTaskStore``), so they implement the same set.
-POSTGRES_EXTENSIONS = SQLITE_EXTENSIONS
+#: SQLite's (the SQL stores share every method, ``SqlTaskStore``) and the nudges
+#: (``NudgeStore`` on ``LISTEN``/``NOTIFY``: the contract's work-nudge test runs on it).
+POSTGRES_EXTENSIONS = SQLITE_EXTENSIONS | {"NudgeStore"}
 
 
 class _OnPostgres:

@@ -34,6 +34,7 @@ MEMORY = frozenset(
         "LimitsStore",
         "SchedulesStore",
         "DependenciesStore",
+        "TaskSchemasStore",
     }
 )
 #: The limits are enforced by the in-memory reference and the SQL stores; the others follow.

@@ -2,7 +2,8 @@
 passes the reference.
 
 Each store in ``tests/broken_extension_stores.py`` breaks one rule of ``stores/extensions.py``
-(those of ``tests/broken_dependency_stores.py`` one duty of ``DependenciesStore``, merged here).
+(those of ``tests/broken_dependency_stores.py`` one duty of ``DependenciesStore``, those of
+``tests/broken_task_schema_stores.py`` one of ``TaskSchemasStore``, merged here).
 ``ExtensionsContract`` is run against it programmatically, the way pytest would
 (``setup_method``, the test, then ``teardown_method``), with the reference's
 ``expected_extensions``; the test ``CAUGHT_BY`` names must fail. That test runs alone first, and
@@ -27,7 +28,7 @@ from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
-from tests import broken_dependency_stores
+from tests import broken_dependency_stores, broken_task_schema_stores
 from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, SOUND
 from tests.broken_extension_stores import EXPECTED as EXPECTED_BEFORE_DEPENDENCIES
 from tests.support.contract_runner import caught_first, failures_of
@@ -41,7 +42,14 @@ CONTRACT_TESTS = sorted(name for name in dir(ExtensionsContract) if name.startsw
 CAUGHT_BY.update(broken_dependency_stores.CAUGHT_BY)
 BROKEN_EXTENSION_STORES.update(broken_dependency_stores.BROKEN)
 SOUND.update(broken_dependency_stores.SOUND)
-EXPECTED = EXPECTED_BEFORE_DEPENDENCIES | {broken_dependency_stores.EXTENSION}
+# The parameter schemas' broken stores, likewise.
+CAUGHT_BY.update(broken_task_schema_stores.CAUGHT_BY)
+BROKEN_EXTENSION_STORES.update(broken_task_schema_stores.BROKEN)
+SOUND.update(broken_task_schema_stores.SOUND)
+EXPECTED = EXPECTED_BEFORE_DEPENDENCIES | {
+    broken_dependency_stores.EXTENSION,
+    broken_task_schema_stores.EXTENSION,
+}
 
 
 def run_contract(

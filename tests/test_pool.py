@@ -43,7 +43,7 @@ from chongming_redis.runtime.controller import Controller
 from chongming_redis.runtime.pool import BucketPool, rendezvous
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.redis_server import RedisProc
-from tests.support.store_targets import WITH_CLUSTER, StoreTarget
+from tests.support.store_targets import WITH_VALKEY, StoreTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_BUCKETS = 16
@@ -625,12 +625,13 @@ def test_three_workers_run_600_tasks_each_started_once_mostly_by_its_buckets_own
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("target", WITH_CLUSTER, indirect=True)
+@pytest.mark.parametrize("target", WITH_VALKEY, indirect=True)
 def test_sigkill_of_a_worker_moves_its_buckets_and_its_tasks_are_retried(
     pool_env: tuple[Workers, Any, Controller], target: StoreTarget, tmp_path: Path
 ) -> None:
-    """On every store (Redis, a SQLite file, PostgreSQL): the workers are ``chongming-redis
-    worker`` processes given its URL, and nothing in the runtime needs Redis."""
+    """On every store (Redis, a SQLite file, PostgreSQL, Redis Cluster, Valkey): the workers
+    are ``chongming-redis worker`` processes given its URL, and nothing in the runtime needs
+    Redis."""
     worker_lease = 2.0
     workers, store, client = pool_env
     names = {workers.start() for _ in range(3)}

@@ -22,7 +22,7 @@ from chongming_redis.cli.log_writer import one_line
 from chongming_redis.embedded.redis_server import EmbeddedRedisError
 from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
 from chongming_redis.env import REDIS_ENV as REDIS_ENV
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import MissingExtra, StoreError
 from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.stores.urls import shown_url
 
@@ -143,7 +143,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (UserError, StoreError, UnknownTask, InvalidParams, ValueError, TypeError,
-            EmbeddedRedisError) as exc:  # fmt: skip
+            EmbeddedRedisError, MissingExtra) as exc:  # fmt: skip
         fail(_params_line(str(exc)) if isinstance(exc, InvalidParams) else str(exc))
 
 
@@ -219,11 +219,13 @@ def open_store(
 def store_target(redis_url: str | None, store_url: str | None, namespace: str) -> str:
     """The URL to open, checked without opening anything: a ``UserError`` or ``StoreUrlError``
     for a missing or bad URL, a ``--redis`` that is not Redis, or a namespace the store
-    cannot hold."""
+    cannot hold; ``MissingExtra`` for a store whose extra is not installed (PostgreSQL)."""
     from chongming_redis.stores.urls import parse_store_url
 
     if store_url is not None:
-        parse_store_url(store_url).check_namespace(namespace)
+        target = parse_store_url(store_url)
+        target.check_namespace(namespace)
+        target.check_driver()
         return store_url
     if not redis_url:
         raise UserError(f"no Redis given: pass --redis URL or set {REDIS_ENV} (or --store URL / "

@@ -2,7 +2,8 @@
 
 The socket is bound before anything else, so a port in use is one ``error:`` line (not a
 uvicorn traceback). It listens on 127.0.0.1 unless ``--host`` says otherwise, and is read-only
-unless ``--allow-control``; then it prints the sign-in link with the token once.
+unless ``--allow-control``; then it prints the sign-in link with the token once. It needs the
+``[dashboard]`` extra: without it, one line naming it, before anything is opened.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from chongming_redis.cli.common import (
     where,
 )
 from chongming_redis.cli.registry import Commands
+from chongming_redis.errors import require_extra
 
 TOKEN_ENV = "CHONGMING_DASHBOARD_TOKEN"
 commands = Commands()
@@ -69,6 +71,7 @@ def dashboard(
     Also /api/v1/tasks (the change feed as JSON) and /metrics (Prometheus).
     """
     with user_errors():
+        require_extra("dashboard", "the dashboard")
         if token is not None and not allow_control:
             source = ctx.get_parameter_source("token")
             if getattr(source, "name", None) != "ENVIRONMENT":

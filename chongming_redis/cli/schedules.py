@@ -272,7 +272,8 @@ def upsert(
     """Store a schedule (new, or replacing that id's definition: its outcomes and pause stay).
 
     Give exactly one of --cron and --every. The task name is checked against the names the
-    namespace's workers recorded; nothing is stored when anything is refused.
+    namespace's workers recorded, the parameters against the schema they published; nothing is
+    stored when anything is refused.
     """
     with user_errors():
         if (cron is None) == (every is None):

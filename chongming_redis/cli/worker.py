@@ -167,20 +167,20 @@ def run_worker(options: WorkerOptions, *, child: bool = False) -> None:
     controller.run_forever(grace=options.grace, parent=parent_control() if child else None)
 
 
-#: How often a worker on a store without nudges (SQLite, PostgreSQL) looks for new tasks and
-#: for commands. Nudges wake a Redis worker at once, so it polls every 1 s and 0.5 s only as a
-#: fallback; without them the poll is the reaction time: 0.2 s keeps an idle worker's start of
-#: a new task and its answer to a stop within about 0.2 s (p50 0.1 s; docs/runtime.md), for
-#: about ten cheap queries a second per worker.
+#: How often a worker on a store without nudges (SQLite) looks for new tasks and for
+#: commands. Nudges wake a Redis or PostgreSQL worker at once, so it polls every 1 s and 0.5 s
+#: only as a fallback; without them the poll is the reaction time: 0.2 s keeps an idle worker's
+#: start of a new task and its answer to a stop within about 0.2 s (p50 0.1 s; docs/runtime.md),
+#: for about ten cheap queries a second per worker.
 UNNUDGED_POLL = 0.2
 
 
 def polling_for(store: object, config: ControllerConfig) -> ControllerConfig:
     """``config``, with the start and command polls at most ``UNNUDGED_POLL`` on a store that
-    cannot nudge (not a ``NudgeStore``)."""
+    cannot nudge (not a ``NudgeStore``, or one with its nudges off: no namespace)."""
     from chongming_redis.stores.extensions import NudgeStore
 
-    if isinstance(store, NudgeStore):
+    if isinstance(store, NudgeStore) and store.namespace:
         return config
     return dataclasses.replace(
         config,
@@ -327,8 +327,9 @@ def worker(
     Without --redis or --store it starts a private Redis (redis-server from PATH, else the
     embedded extra's) and says which. --store sqlite:///path runs on a SQLite file (created if
     missing; the workers of one machine share it), --store postgresql://... on PostgreSQL (the
-    namespace is the schema); without Redis's nudges it polls for work and commands every
-    0.2 s. Ctrl-C stops gracefully; a second one hands running tasks back.
+    namespace is the schema; LISTEN/NOTIFY nudges its workers); on SQLite, without nudges, it
+    polls for work and commands every 0.2 s. Ctrl-C stops gracefully; a second one hands
+    running tasks back.
     """
     with user_errors():
         from chongming_redis.runtime.config import ControllerConfig

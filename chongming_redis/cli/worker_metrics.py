@@ -1,6 +1,7 @@
 """The worker command's metrics: ``--metrics-port`` checked, the series of a worker (or of
 a ``--processes`` parent's children, shared through files) and their ``/metrics`` endpoint.
-Prometheus is imported only when a port is given: a worker without metrics starts fast."""
+Prometheus is imported only when a port is given: a worker without metrics starts fast, and
+needs no ``[metrics]`` extra (with a port and without the extra: one line naming it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from chongming_redis.cli.common import UserError
+from chongming_redis.errors import require_extra
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -21,10 +23,14 @@ if TYPE_CHECKING:
 
 
 def check_metrics_port(port: int) -> int:
-    """``--metrics-port``: 0 (no metrics) or a TCP port; another value is a ``UserError``."""
+    """``--metrics-port``: 0 (no metrics) or a TCP port; another value is a ``UserError``, a
+    port without the ``[metrics]`` extra a ``MissingExtra`` (found, not imported: a
+    ``--processes`` parent sets prometheus-client's mode before it is first imported)."""
     if not 0 <= port <= 65535:
         raise UserError(f"--metrics-port must be a TCP port from 1 to 65535 (0: no metrics), "
                         f"not {port}")  # fmt: skip
+    if port:
+        require_extra("metrics", "--metrics-port")
     return port
 
 

@@ -36,6 +36,7 @@ from chongming_redis.client.flows import (
     SubmitCommand,
     TaskNotFinished,
     TaskNotFound,
+    TaskSchemas,
     TaskTypes,
     drive,
     query_of,
@@ -49,6 +50,7 @@ from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.notify import WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.stores.protocol import TaskStore
+from chongming_redis.stores.task_schema_store import TaskSchemasStore
 from chongming_redis.validation import check_identifier
 
 __all__ = ["Client", "CommandTimeout", "TaskHandle", "TaskNotFinished", "TaskNotFound"]
@@ -112,9 +114,10 @@ class Client(ClientFlows):
         owns_store: bool = False,
     ) -> None:
         """``app``: validate parameters against its task types (and refuse unknown names);
-        without one, parameters are stored as given. ``num_buckets``: the namespace's bucket
-        count (default: the one its workers recorded, else 64). ``name``: written into the
-        history as who submitted or controlled a task."""
+        without one, against the JSON Schema the type's workers published (read again every
+        few seconds; a type none published takes any value: ``client/params_check.py``).
+        ``num_buckets``: the namespace's bucket count (default: the one its workers recorded,
+        else 64). ``name``: written into the history as who submitted or controlled a task."""
         if not isinstance(store, TaskStore):
             raise TypeError(f"store must implement TaskStore, not {type(store).__name__}")
         self.store = store
@@ -312,6 +315,9 @@ class Client(ClientFlows):
                 return self.adapter.task_types()
             case RecordedLimits():
                 return self.adapter.limit_definitions()
+            case TaskSchemas(names):
+                store = self.store
+                return store.task_schemas(names) if isinstance(store, TaskSchemasStore) else None
             case Nudge(topic):
                 return self._nudge(topic)
         raise TypeError(f"not an effect: {effect!r}")

@@ -38,6 +38,7 @@ from chongming_redis.client.flows import (
     SubmitCommand,
     TaskNotFinished,
     TaskNotFound,
+    TaskSchemas,
     TaskTypes,
     adrive,
     query_of,
@@ -275,6 +276,8 @@ class AsyncClient(ClientFlows):
                 # AsyncRedisTaskStore reads them; a store without the read limits nothing.
                 reader = getattr(self.store, "limit_definitions", None)
                 return None if reader is None else await reader()
+            case TaskSchemas(names):
+                return await self.store.task_schemas(names)
             case Nudge(topic):
                 # The store's create and commit scripts publish the work nudge themselves.
                 return None if topic == WORK else await self.store.publish(topic)

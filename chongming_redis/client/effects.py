@@ -78,9 +78,18 @@ class RecordedLimits:
     none."""
 
 
+@dataclass(frozen=True)
+class TaskSchemas:
+    """The parameter schemas the namespace's workers published for ``names``
+    (``TaskSchemasStore.task_schemas``: name -> ``PublishedSchema``, a name never published
+    left out), or ``None`` when the store keeps none."""
+
+    names: tuple[str, ...]
+
+
 Effect = (
     Now | Sleep | GetTask | Commit | SubmitCommand | GetCommand | RecordedBuckets | Nudge
-    | TaskTypes | RecordedLimits
+    | TaskTypes | RecordedLimits | TaskSchemas
 )  # fmt: skip
 Flow = Generator[Effect, Any, T]
 

@@ -37,10 +37,12 @@ from chongming_redis.client.effects import (
     RecordedLimits,
     Sleep,
     SubmitCommand,
+    TaskSchemas,
     TaskTypes,
     adrive,
     drive,
 )
+from chongming_redis.client.params_check import SchemaCache, check_params
 from chongming_redis.errors import StoreError, UniqueTaken
 from chongming_redis.limits import BoundLimit
 from chongming_redis.model import (
@@ -62,7 +64,7 @@ from chongming_redis.validation import check_identifier
 __all__ = [
     "ClientFlows", "CommandTimeout", "Commit", "Effect", "Flow", "GetCommand", "GetTask", "Now",
     "Nudge", "RecordedBuckets", "RecordedLimits", "Sleep", "SubmitCommand", "TaskNotFinished",
-    "TaskNotFound", "TaskTypes", "adrive", "drive",
+    "TaskNotFound", "TaskSchemas", "TaskTypes", "adrive", "drive",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -125,6 +127,7 @@ class ClientFlows:
         self._buckets: BucketPolicy | None = None
         self._known_types: frozenset[str] = frozenset()
         self._recorded_limits = DefinitionsCache()
+        self._schemas = SchemaCache()
 
     @property
     def _keeps_unique(self) -> bool:
@@ -140,7 +143,8 @@ class ClientFlows:
     def _resolve_flow(self, task: str | TaskType) -> Flow[tuple[str, TaskType | None]]:
         """The task's name and type. Without an app, a name is checked against the names the
         namespace's workers recorded (``TaskTypesStore``): a name none of them runs would
-        wait forever. Parameters are validated only with an app (or a typed handle)."""
+        wait forever. Parameters are validated by the app (or a typed handle), else against the
+        schema the workers published (``_params_flow``)."""
         name, task_type = submission.resolve(self.app, task)
         if task_type is None and name not in self._known_types:
             known: frozenset[str] | None = yield TaskTypes()
@@ -148,9 +152,23 @@ class ClientFlows:
             if known and name not in known:
                 raise UnknownTask(
                     f"unknown task type {name!r} (the namespace's workers run: "
-                    f"{', '.join(sorted(known))}); give the client app= to validate parameters too"
+                    f"{', '.join(sorted(known))})"
                 )
         return name, task_type
+
+    def _params_flow(
+        self, name: str, task_type: TaskType | None, params: Iterable[Any]
+    ) -> Flow[None]:
+        """Without a ``TaskType`` (whose model validates them in ``new_task``), check each of
+        ``params`` against the schema the type's workers published (read again after
+        ``SCHEMA_TTL``; ``client/params_check.py``): ``InvalidParams``, nothing written."""
+        if task_type is not None:
+            return
+        if not self._schemas.fresh(name):
+            found = yield TaskSchemas((name,))
+            self._schemas.update(name, None if found is None else found.get(name))
+        for one in params:
+            check_params(name, one, self._schemas.get(name))
 
     def _limits_flow(self, name: str, task_type: TaskType | None) -> Flow[tuple[BoundLimit, ...]]:
         """The limits a task of ``name`` is submitted under when no ``TaskType`` is known: the
@@ -184,6 +202,7 @@ class ClientFlows:
                              "TaskPoliciesStore): submit without unique=")  # fmt: skip
         policies = submission.with_parents(self.store, policies)
         name, task_type = yield from self._resolve_flow(task)
+        yield from self._params_flow(name, task_type, [params])
         now: datetime = yield Now()
         spec = submission.NewTask(name, params, key=key, tags=tags, task_id=task_id,
                                   pipeline_run_id=pipeline_run_id, priority=priority,
@@ -218,6 +237,8 @@ class ClientFlows:
         ``key``: every task's bucket key (one bucket for all; default: each task's id)."""
         policies = submission.with_parents(self.store, policies)
         name, task_type = yield from self._resolve_flow(task)
+        params_list = list(params_list)  # each set checked before any is written
+        yield from self._params_flow(name, task_type, params_list)
         now: datetime = yield Now()
         when = not_before_of(now, delay, None)
         buckets, tag_set = (yield from self._bucket_policy_flow()), frozenset(tags)

@@ -31,12 +31,14 @@ class Schedules:
         """Store ``schedule`` (new, or replacing the definition of that id: its outcomes and
         pause stay; a changed timing starts from the next tick). The task name is checked as
         a submit's (against the client's app, else the names the workers recorded:
-        ``UnknownTask``) and so are its parameters (``InvalidParams``); nothing is written
-        then. The same definition again writes nothing."""
+        ``UnknownTask``) and so are its parameters (``InvalidParams``: against the app, else the
+        schema its workers published); nothing is written then. The same definition again
+        writes nothing."""
         if not isinstance(schedule, Schedule):
             raise TypeError(f"upsert takes a Schedule, not {type(schedule).__name__}")
         client = self._client
-        client._drive(client._resolve_flow(schedule.task))
+        name, task_type = client._drive(client._resolve_flow(schedule.task))
+        client._drive(client._params_flow(name, task_type, [schedule.params]))
         return scheduling.upsert(self._store, schedule, client.clock.now, self._maker())
 
     def get(self, schedule_id: str) -> StoredSchedule | None:

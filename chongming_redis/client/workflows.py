@@ -161,6 +161,7 @@ class Workflow:
             delay = options.pop("delay", None)
             options = submission.with_parents(flows.store, {**options, "after": spec.after})
             name, task_type = yield from flows._resolve_flow(spec.task)
+            yield from flows._params_flow(name, task_type, [spec.params])
             recorded = yield from flows._limits_flow(name, task_type)
             when = not_before_of(now, delay, None)
             new = submission.NewTask(name, spec.params, task_id=spec.task_id, not_before=when,

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from chongming_redis.embedded.redis_server import free_port
+from chongming_redis.errors import extra_imports
 
 __all__ = ["PostgresProc", "postgres_bin_dir"]
 
@@ -180,7 +181,8 @@ class PostgresProc:
         return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
 
     def _wait_ready(self, timeout: float) -> None:
-        import psycopg  # the tests' dependency ([dev]); imported here, once a server runs
+        with extra_imports("postgres", "PostgresProc (it connects with psycopg)"):
+            import psycopg  # imported here, once a server runs
 
         deadline = time.monotonic() + timeout
         while True:

@@ -5,5 +5,6 @@
 ``--processes N`` parent share their series (prometheus-client's multiprocess mode).
 
 Importing this package imports nothing else: ``shared`` must set its environment variable
-before anything imports ``prometheus_client``.
+before anything imports ``prometheus_client``. ``worker`` needs the ``[metrics]`` extra
+(prometheus-client): without it, importing it raises ``MissingExtra`` naming it.
 """

@@ -13,16 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-    start_http_server,
-)
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from chongming_redis.errors import extra_imports
+
+with extra_imports("metrics", "chongming_redis.metrics.worker"):
+    from prometheus_client import (
+        CollectorRegistry,
+        Counter,
+        Gauge,
+        Histogram,
+        PlatformCollector,
+        ProcessCollector,
+        start_http_server,
+    )
+    from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from chongming_redis.runtime.events import (
     ENDINGS,

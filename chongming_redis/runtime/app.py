@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
+from chongming_redis.errors import InvalidParams as InvalidParams  # its home before errors.py
 from chongming_redis.limits import BoundLimit, Concurrency, Limit, RateLimit, bind
 from chongming_redis.policy import (
     DEFAULT_RETENTION,
@@ -67,10 +68,6 @@ class UnknownTask(ValueError):
     """A task type that this process has not registered."""
 
 
-class InvalidParams(ValueError):
-    """Parameters that do not validate against the task type's model."""
-
-
 @dataclass(frozen=True)
 class TaskType:
     name: str
@@ -103,7 +100,10 @@ class TaskType:
             else:
                 model = self.params_model.model_validate(params if params is not None else {})
         except ValidationError as exc:
-            raise InvalidParams(f"parameters of {self.name!r} do not validate: {exc}") from None
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or None
+            message = f"parameters of {self.name!r} do not validate: {exc}"
+            raise InvalidParams(message, task=self.name, field=where, reason=first["msg"]) from None
         return model.model_dump(mode="json")
 
     @property

@@ -12,7 +12,8 @@ Threads of a running controller (all daemons, started by ``start()``): up to
 ``concurrency`` task threads (an ``async def`` task holds a slot but no thread: it runs on the
 event loop thread started with the first one, ``runtime/task_loop.py``); ``supervisor`` (every
 tick); ``commands`` (every ``command_poll_interval``, or at once when nudged); ``starter``
-(every ``start_poll_interval``, or when nudged); ``reconciler`` (every ``reconcile_interval``);
+(every ``start_poll_interval``, or when nudged; unnudged, every ``loops.BUSY_POLL`` for a
+while after it started a task); ``reconciler`` (every ``reconcile_interval``);
 ``committer`` where the store batches; and the bucket pool's heartbeat after ``join_pool``.
 
 A controller that is never started is a pure client: it submits, queries and sends control
@@ -47,7 +48,7 @@ from chongming_redis.runtime.committer import commit_finished
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import HeldTasks
-from chongming_redis.runtime.loops import OUTAGE, every, store_name
+from chongming_redis.runtime.loops import OUTAGE, BusyPoll, every, store_name
 from chongming_redis.runtime.notify import POOL, WORK, LocalNotifier, RedisNotifier
 from chongming_redis.runtime.reconcile import Reconciler, ReconcileReport
 from chongming_redis.runtime.releases import release_pass, releaser
@@ -59,6 +60,7 @@ from chongming_redis.runtime.store_adapter import StoreAdapter
 from chongming_redis.runtime.stranded import StrandedWarnings
 from chongming_redis.runtime.submitting import Submitting
 from chongming_redis.runtime.supervisor import supervise
+from chongming_redis.runtime.task_schemas import publish_task_schemas
 from chongming_redis.runtime.timeouts import end_overdue
 from chongming_redis.runtime.writer import TaskWriter
 from chongming_redis.stores.protocol import TaskStore
@@ -127,6 +129,7 @@ class Controller(Submitting):
         self.bucket_pool: BucketPool | None = None
         self._stranded = StrandedWarnings(self.store, self.owner, self.app.types)
         self._threads: list[threading.Thread] = []
+        self._start_poll: BusyPoll | None = None  # start(): the starter's interval, unnudged
         nudge = self.adapter.nudge
         self.notifier: RedisNotifier | LocalNotifier = (
             LocalNotifier(store) if nudge is None else RedisNotifier(nudge.client, nudge.namespace)
@@ -223,6 +226,7 @@ class Controller(Submitting):
                                events=self.events, wake=self._wake_starter.set,
                                read_limits=self.adapter.limit_definitions)  # fmt: skip
         self.adapter.record_task_types(list(self.app.types))
+        publish_task_schemas(self.store, self.app, self.clock.now, self.owner)
         self.notifier.subscribe(self.owner, self._wake_commands)
         self.notifier.subscribe(WORK, self._wake_starter)
         self.notifier.subscribe(WORK, self._wake_commands)
@@ -236,6 +240,12 @@ class Controller(Submitting):
         self._accepting.set()
         self.runner.open(self.owner)
         c, running, events = self.config, self._running, self.events
+        # Without nudges from other processes, a quicker look while work is arriving.
+        nudged = self.adapter.nudge is not None
+        self._start_poll = None if nudged else BusyPoll(c.start_poll_interval)
+        start_interval = c.start_poll_interval if self._start_poll is None else (
+            self._start_poll.interval
+        )  # fmt: skip
         loops: list[tuple[str, Callable[[], None]]] = [
             ("supervisor", lambda: supervise(self.writer, running,
                                               lambda held: end_overdue(self.runner, held))),
@@ -243,7 +253,7 @@ class Controller(Submitting):
                                        running=running, wake=self._wake_commands,
                                        what="claim commands", events=events,
                                        operation="commands")),
-            ("starter", lambda: every(c.start_poll_interval, self._start_if_accepting,
+            ("starter", lambda: every(start_interval, self._start_if_accepting,
                                       running=running, wake=self._wake_starter,
                                       what="look for work", events=events, operation="start")),
             ("reconciler", lambda: every(c.reconcile_interval, self._reconcile_once,
@@ -273,7 +283,9 @@ class Controller(Submitting):
 
     def _start_if_accepting(self) -> None:
         if self._accepting.is_set():
-            self.runner.start_available()
+            started = self.runner.start_available()
+            if self._start_poll is not None:
+                self._start_poll.started(started)
 
     def _reconcile_once(self) -> None:
         self._stranded.tick(self.clock.now())

@@ -105,9 +105,41 @@ class OutageLog:
 #: One per process: a worker's threads report into it, so an outage is logged once.
 OUTAGE = OutageLog()
 
+#: The starter's poll while work is arriving, on a store without nudges (SQLite)...
+BUSY_POLL = 0.02
+#: ... for this long after the last pass that started a task, then its idle interval again.
+BUSY_FOR = 2.0
+
+
+class BusyPoll:
+    """The starter's interval on a store without nudges: tasks come in bursts, so for
+    ``busy_for`` seconds after a pass started one it looks every ``busy`` seconds (a task
+    submitted by another process meanwhile starts within ``busy``), then every ``idle``."""
+
+    def __init__(
+        self,
+        idle: float,
+        *,
+        busy: float | None = None,
+        busy_for: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.idle, self.busy = idle, min(BUSY_POLL if busy is None else busy, idle)
+        self.busy_for = BUSY_FOR if busy_for is None else busy_for  # read now: a bench sets it
+        self._clock = clock
+        self._busy_until = float("-inf")
+
+    def started(self, count: int) -> None:
+        """A pass started ``count`` tasks: more are likely to follow."""
+        if count > 0:
+            self._busy_until = self._clock() + self.busy_for
+
+    def interval(self) -> float:
+        return self.busy if self._clock() < self._busy_until else self.idle
+
 
 def every(
-    interval: float,
+    interval: float | Callable[[], float],
     body: Callable[[], object],
     *,
     running: threading.Event,
@@ -118,13 +150,14 @@ def every(
     events: WorkerEvents = NO_EVENTS,
     operation: str = "",
 ) -> None:
-    """Run ``body`` every ``interval`` seconds, or at once when ``wake`` is set, while
+    """Run ``body`` every ``interval`` seconds (or as often as ``interval()`` says before each
+    wait), or at once when ``wake`` is set, while
     ``running`` is set. A ``StoreError`` is logged (``what`` says what failed) and the loop
     goes on: the store may come back. An unreachable store goes to ``outage``, which logs it
     rate-limited; ``reaches_store``: every run of ``body`` calls the store, so its success
     ends an outage. ``events`` hears of each failure (as ``operation``) and of the reconnect."""
     while running.is_set():
-        wake.wait(interval)
+        wake.wait(interval() if callable(interval) else interval)
         wake.clear()
         if not running.is_set():
             return

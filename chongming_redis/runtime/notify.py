@@ -2,8 +2,10 @@
 
 ``RedisNotifier`` publishes on ``{ns}:nudge:<owner>`` (a command for a task that owner holds),
 ``{ns}:nudge:work`` (a task was submitted) and ``{ns}:nudge:pool`` (the bucket pool changed);
-a listener thread sets events. Pub/sub is
-fire-and-forget: a lost nudge only delays the reaction to the next poll.
+a listener thread sets events. It takes any client with redis-py's ``publish``/``pubsub``:
+the Redis store's, or ``PostgresTaskStore``'s ``LISTEN``/``NOTIFY`` behind the same surface
+(``NudgeStore.client``). Pub/sub is fire-and-forget: a lost nudge only delays the reaction to
+the next poll; a lost listener connection is reopened every 0.5 s, polling covering the gap.
 ``LocalNotifier`` does the same inside one process (for ``InMemoryTaskStore``).
 """
 

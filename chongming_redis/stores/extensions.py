@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from chongming_redis.errors import StoreError
 from chongming_redis.limits import LimitUsage
@@ -31,6 +31,7 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores.dependency_store import DEPENDENCY_METHODS, DependenciesStore
 from chongming_redis.stores.schedule_store import SCHEDULE_METHODS, SchedulesStore
+from chongming_redis.stores.task_schema_store import TASK_SCHEMA_METHODS, TaskSchemasStore
 
 if TYPE_CHECKING:
     import redis
@@ -159,12 +160,15 @@ class BucketPoolStore(Protocol):
 
 @runtime_checkable
 class NudgeStore(Protocol):
-    """A Redis store whose connection also carries the runtime's pub/sub nudges
-    (``runtime/notify.py``, channels ``{namespace}:nudge:<topic>``)."""
+    """A store whose connection also carries the runtime's pub/sub nudges
+    (``runtime/notify.py``, channels ``{namespace}:nudge:<topic>``): Redis pub/sub, or
+    PostgreSQL ``LISTEN``/``NOTIFY`` behind the same surface (``PostgresTaskStore``)."""
 
     @property
-    def client(self) -> redis.Redis:
-        """The redis-py client the nudges are published and subscribed on."""
+    def client(self) -> redis.Redis | Any:
+        """The client the nudges are published and subscribed on: redis-py's, or one with its
+        ``publish(channel, message)`` and ``pubsub()`` (``subscribe``, ``get_message``,
+        ``close``)."""
         ...
 
     @property
@@ -374,6 +378,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "LimitsStore": ("record_limits", "limit_definitions", "limit_usage"),
     "SchedulesStore": SCHEDULE_METHODS,
     "DependenciesStore": DEPENDENCY_METHODS,
+    "TaskSchemasStore": TASK_SCHEMA_METHODS,
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -393,6 +398,7 @@ EXTENSIONS: dict[str, type] = {
     "LimitsStore": LimitsStore,
     "SchedulesStore": SchedulesStore,
     "DependenciesStore": DependenciesStore,
+    "TaskSchemasStore": TaskSchemasStore,
 }
 
 

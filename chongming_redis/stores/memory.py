@@ -44,6 +44,7 @@ from chongming_redis.stores._memory_limits import MemoryLimits
 from chongming_redis.stores._memory_policies import MemoryPolicies
 from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores._memory_schedules import MemorySchedules
+from chongming_redis.stores._memory_task_schemas import MemoryTaskSchemas
 from chongming_redis.stores.codec import (
     LEASE_COLUMNS,
     PARENT_COLUMNS,
@@ -65,8 +66,9 @@ KEPT_ON_SAVE = (*LEASE_COLUMNS, *PARENT_COLUMNS)
 
 
 class InMemoryTaskStore(
-    MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules, MemoryDependencies
-):
+    MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules, MemoryDependencies,
+    MemoryTaskSchemas,
+):  # fmt: skip
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
@@ -81,6 +83,7 @@ class InMemoryTaskStore(
         self._init_limits()
         self._init_schedules()
         self._init_dependencies()
+        self._init_task_schemas()
 
     # -- task snapshots --------------------------------------------------------------------
 

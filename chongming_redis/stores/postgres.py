@@ -21,8 +21,13 @@ text as ``bytea``, lost commits, a restarted server) is ``_sql.pg_connection``. 
   ``StoreUnavailable``; a commit whose reply was lost is resolved with the server
   (``_sql.pg_connection``), so a write that landed is reported as done.
 
-No nudges: the runtime's pub/sub nudges are Redis channels (``NudgeStore``); on PostgreSQL the
-runtime polls.
+* **Nudges** (``NudgeStore``, ``_sql.pg_nudges``): a write that makes a task ``PENDING`` (a
+  create, a retry or hand-back, a release of waiting children) sends ``NOTIFY`` in its own
+  transaction, so idle workers hear of it at the commit and never of a rolled-back write; the
+  runtime's other nudges (commands, the bucket pool) are ``NOTIFY`` too, and its listener holds
+  one extra connection in ``LISTEN``. Polling stays the fallback. ``nudges=False`` (for a
+  pooler that cannot ``LISTEN``, such as PgBouncer in transaction mode) sends none and leaves
+  ``namespace`` empty, which the runtime reads as "poll".
 """
 
 from __future__ import annotations
@@ -35,12 +40,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from chongming_redis.errors import StoreClosed, StoreError, UnsupportedSchema, extra_imports
 
-from chongming_redis.errors import StoreClosed, StoreError, UnsupportedSchema
-from chongming_redis.stores._sql.pg_connection import PgPool, PgTx
-from chongming_redis.stores._sql.schema import SCHEMA_VERSION, migrate, recorded_version
+with extra_imports("postgres", "a PostgreSQL store"):  # psycopg and its pool: the extra
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    from chongming_redis.stores._sql.pg_connection import PgPool, PgTx
+
+from chongming_redis.stores._sql.pg_nudges import PgNudgeClient, pg_channel
+from chongming_redis.stores._sql.schema import SCHEMA_VERSION, Tx, migrate, recorded_version
 from chongming_redis.stores._sql.store import SqlTaskStore
 from chongming_redis.stores.codec import decode_dt, encode_dt
 from chongming_redis.validation import check_int, check_positive_seconds
@@ -100,6 +109,7 @@ class PostgresTaskStore(SqlTaskStore):
         max_size: int = 8,
         timeout: float = 5.0,
         connect_timeout: float = 5.0,
+        nudges: bool = True,
     ) -> None:
         self.schema = check_schema(schema)
         self.where = _describe(dsn, self.schema)
@@ -109,6 +119,13 @@ class PostgresTaskStore(SqlTaskStore):
         self.timeout = check_positive_seconds(timeout, "timeout", maximum=3600.0)
         self.connect_timeout = check_positive_seconds(
             connect_timeout, "connect_timeout", maximum=3600.0
+        )
+        if type(nudges) is not bool:
+            raise TypeError(f"nudges must be a bool, not {type(nudges).__name__}")
+        self.nudges = nudges
+        self._work_channel = pg_channel("{" + self.schema + "}:nudge:work")  # notify.WORK
+        self._nudge_client = PgNudgeClient(
+            dsn, connect_timeout=self.connect_timeout, send=self._send_nudge
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -194,6 +211,31 @@ class PostgresTaskStore(SqlTaskStore):
             )
         return decode_dt(int(micros))
 
+    # -- nudges (NudgeStore) ---------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        """The nudges' namespace: the schema (empty with ``nudges=False``: the runtime polls)."""
+        return self.schema if self.nudges else ""
+
+    @property
+    def client(self) -> PgNudgeClient:
+        """``publish``/``pubsub`` on ``LISTEN``/``NOTIFY`` (for the runtime's listener)."""
+        return self._nudge_client
+
+    @property
+    def publishes_work(self) -> bool:
+        """The store's writes that make a task ``PENDING`` send the work nudge themselves."""
+        return self.nudges
+
+    def _nudge_work(self, tx: Tx) -> None:
+        if self.nudges:  # delivered when the write commits, never when it rolls back
+            _notify(tx, self._work_channel)
+
+    def _send_nudge(self, channel: str) -> None:
+        with self._transaction(write=True) as tx:
+            _notify(tx, channel)
+
     def close(self) -> None:
         """Close the pool's connections; idempotent. Later calls raise ``StoreClosed``."""
         with self._lock:
@@ -205,6 +247,11 @@ class PostgresTaskStore(SqlTaskStore):
 
     def __repr__(self) -> str:
         return f"PostgresTaskStore({self.where})"
+
+
+def _notify(tx: Tx, channel: str) -> None:
+    # Parameters are bound as bytea (_sql.pg_connection): the channel is ASCII.
+    tx.rows("SELECT pg_notify(convert_from(?, 'UTF8'), '')", [channel])
 
 
 def _lock_key(schema: str) -> int:

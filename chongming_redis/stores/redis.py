@@ -37,6 +37,7 @@ from chongming_redis.stores._redis.ops import QUERY_BUDGET, QUERY_PAGE
 from chongming_redis.stores._redis.rows import decode_command, task_args
 from chongming_redis.stores._redis.scripts import SCRIPT_NAMES, script_text
 from chongming_redis.stores._redis.server import check_server_settings, supports_script_flags
+from chongming_redis.stores._redis.task_schemas import RedisTaskSchemas
 from chongming_redis.stores._redis.worker_ops import PRUNE_BATCH
 from chongming_redis.stores.codec import Row
 
@@ -51,7 +52,7 @@ T = TypeVar("T")
 # them from this module at each call, so that a test may change them here.
 
 
-class RedisTaskStore(RedisExtensions):
+class RedisTaskStore(RedisTaskSchemas, RedisExtensions):
     """A ``TaskStore`` on one Redis database, isolated by ``namespace``.
 
     ``client`` must be a ``redis.Redis`` created with ``decode_responses=False`` (values are

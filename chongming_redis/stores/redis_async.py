@@ -2,11 +2,11 @@
 
 The subset ``AsyncClient`` uses — ``get``, ``query``, ``counts``, ``history``,
 ``commit_tasks``, ``submit_command``, ``get_command``, ``recorded_num_buckets``,
-``server_time`` and the nudges — each an ``await``-able call with the same arguments, checks,
-replies and exceptions as ``RedisTaskStore``'s: both drive the same plans of ``_redis.ops``
-(which build the requests and decode the replies) by the same rules (``_redis.driver``, their
-common base), each with its own I/O, and run the same Lua scripts. It never claims commands or
-starts tasks.
+``task_types``, ``task_schemas``, ``limit_definitions``, ``server_time`` and the nudges — each
+an ``await``-able call with the same arguments, checks, replies and exceptions as
+``RedisTaskStore``'s: both drive the same plans of ``_redis.ops`` (which build the requests and
+decode the replies) by the same rules (``_redis.driver``, their common base), each with its own
+I/O, and run the same Lua scripts. It never claims commands or starts tasks.
 
 The connection is made at the first call (``from_url`` does no I/O); the first script call
 also asks the server whether it understands script flags (Redis >= 7: read-only scripts go
@@ -17,7 +17,7 @@ settings: the workers' stores warn about those.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -35,6 +35,8 @@ from chongming_redis.stores._redis.connect import connect_async
 from chongming_redis.stores._redis.durability import WaitForReplicas
 from chongming_redis.stores._redis.scripts import script_text
 from chongming_redis.stores._redis.server import hello_supports_flags
+from chongming_redis.stores._redis.task_schemas import task_schemas
+from chongming_redis.stores.task_schema_store import PublishedSchema
 
 __all__ = ["AsyncRedisStore", "AsyncRedisTaskStore"]
 
@@ -140,6 +142,13 @@ class AsyncRedisTaskStore(driver.Driver[AsyncClusterCalls]):
 
     async def task_types(self) -> frozenset[str]:
         return await self._perform(ops.task_types(self.keys))
+
+    async def task_schemas(
+        self, names: Collection[str] | None = None
+    ) -> dict[str, PublishedSchema]:
+        """The parameter schemas the workers published (``TaskSchemasStore.task_schemas``):
+        a producer without the app checks parameters against them."""
+        return await self._perform(task_schemas(self.keys, names))
 
     async def limit_definitions(self) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
         """The limit definitions the workers recorded (``LimitsStore.limit_definitions``):

@@ -30,7 +30,8 @@ across failovers (``stores/_redis/sentinel.py``).
 
 Each store's module is imported only when its URL is opened: a Redis user never imports
 ``sqlite3`` or psycopg. A bad URL raises ``StoreUrlError`` (a ``ValueError``) before anything
-is opened or created.
+is opened or created; a PostgreSQL URL without the ``[postgres]`` extra (psycopg) raises
+``MissingExtra`` naming it (``StoreUrl.check_driver`` says so without importing anything).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+from chongming_redis.errors import extra_imports, require_extra
 from chongming_redis.stores.protocol import TaskStore
 
 StoreKind = Literal["redis", "sqlite", "postgresql"]
@@ -66,6 +68,8 @@ FORMS = (
     "sqlite:relative/path, postgresql://"
 )
 _MEMORY = ":memory:"
+#: What ``MissingExtra`` says is missing when psycopg is.
+POSTGRES_PURPOSE = "a PostgreSQL store"
 
 
 class StoreUrlError(ValueError):
@@ -99,6 +103,12 @@ class StoreUrl:
         if self.kind == "sqlite":
             return f"SQLite database {self.path}"
         return f"namespace {namespace!r} on {shown_url(self.url)}"
+
+    def check_driver(self) -> None:
+        """``MissingExtra`` when this store's driver is not installed (PostgreSQL: the
+        ``[postgres]`` extra); found, not imported. Redis and SQLite need no extra."""
+        if self.kind == "postgresql":
+            require_extra("postgres", POSTGRES_PURPOSE)
 
     def check_namespace(self, namespace: object) -> str:
         """``namespace`` if this store can hold it: a SQLite file holds only
@@ -170,7 +180,7 @@ def open_store_url(
     create an empty database); the other stores are servers and are never created here.
     ``redis_options`` go to ``RedisTaskStore.from_url`` (timeouts, retries, ``check_server``);
     the other stores take none. A bad URL or namespace is ``StoreUrlError`` before anything is
-    opened."""
+    opened; a PostgreSQL URL without the ``[postgres]`` extra is ``MissingExtra``."""
     target = parse_store_url(url)
     target.check_namespace(namespace)
     if target.kind == "redis":
@@ -179,7 +189,8 @@ def open_store_url(
         return RedisTaskStore.from_url(url, namespace=namespace, **dict(redis_options or {}))
     if target.kind == "sqlite":
         return _open_sqlite(target.path or "", must_exist=must_exist)
-    from chongming_redis.stores.postgres import PostgresTaskStore
+    with extra_imports("postgres", POSTGRES_PURPOSE):
+        from chongming_redis.stores.postgres import PostgresTaskStore
 
     store: TaskStore = PostgresTaskStore(url, schema=namespace)
     return store

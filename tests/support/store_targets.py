@@ -1,13 +1,14 @@
 """One store for a real-process test, named by a URL as the workers are given it: the same test
-on Redis, on a SQLite file and on PostgreSQL (the runtime on any store, issue 15).
+on Redis, on a SQLite file and on PostgreSQL (the runtime on any store, issue 15), and a few on
+Valkey.
 
 ``store_target(request, kind, tmp_path, namespace)`` (a generator for a fixture) gives a
 ``StoreTarget``: ``url`` and ``namespace`` for the worker command (``cli_args``), ``open()``
-for the test process's own store. Redis, Redis Cluster and PostgreSQL come from the session's
-servers (``redis_proc``, ``redis_cluster``, ``postgres_proc``: a missing server fails in CI,
-skips elsewhere); a SQLite target is a new file in the test's temporary directory, whose
-namespace is ``default`` (a file holds one). A PostgreSQL target's schema and a cluster
-target's namespace are dropped at the end.
+for the test process's own store. Redis, Redis Cluster, Valkey and PostgreSQL come from the
+session's servers (``redis_proc``, ``redis_cluster``, ``valkey_proc``, ``postgres_proc``: a
+missing server fails in CI, skips elsewhere); a SQLite target is a new file in the test's
+temporary directory, whose namespace is ``default`` (a file holds one). A PostgreSQL target's
+schema and a cluster target's namespace are dropped at the end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ STORE_KINDS = ("redis", "sqlite", "postgres")
 #: ... and a few representative ones also on Redis Cluster (``redis_cluster``: 3 masters, 3
 #: replicas; the namespace's slot lives on one of them), given ``--redis URL --cluster``.
 WITH_CLUSTER = (*STORE_KINDS, "cluster")
+#: ... and the real-process tests that Valkey (``valkey_proc``, given ``--redis URL``) runs too.
+WITH_VALKEY = (*WITH_CLUSTER, "valkey")
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,9 @@ class StoreTarget:
 
     @property
     def option(self) -> str:
-        """The worker command's option for ``url``: ``--redis`` as ever (a cluster's too),
-        ``--store`` for the others."""
-        return "--redis" if self.kind in ("redis", "cluster") else "--store"
+        """The worker command's option for ``url``: ``--redis`` as ever (a cluster's and
+        Valkey's too), ``--store`` for the others."""
+        return "--redis" if self.kind in ("redis", "cluster", "valkey") else "--store"
 
     @property
     def flags(self) -> list[str]:
@@ -58,8 +61,8 @@ class StoreTarget:
 def store_target(
     request: pytest.FixtureRequest, kind: str, tmp_path: Path, namespace: str
 ) -> Iterator[StoreTarget]:
-    if kind == "redis":
-        yield StoreTarget(kind, request.getfixturevalue("redis_proc").url, namespace)
+    if kind in ("redis", "valkey"):
+        yield StoreTarget(kind, request.getfixturevalue(f"{kind}_proc").url, namespace)
     elif kind == "cluster":
         target = StoreTarget(kind, request.getfixturevalue("redis_cluster").url, namespace)
         yield target

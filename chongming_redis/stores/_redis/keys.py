@@ -29,6 +29,8 @@ key                   type    meaning
                               (µs), when ``expire_finished`` may remove them
 ``{ns}:limits``       hash    limit id -> definition JSON (``record_limits``)
 ``{ns}:limit-types``  hash    task type -> JSON list of its limit ids
+``{ns}:schemas``      hash    task type -> ``{"at": µs, "schema": JSON Schema text}``, the
+                              parameter schema its newest worker published
 ``{ns}:lh:<ref>``     set     the tasks RUNNING or PAUSED naming the limit ref
                               (``lua/lib/limits.lua``)
 ``{ns}:tb:<ref>``     hash    a rate ref's token bucket: ``tokens``, ``at`` (µs); expires once full
@@ -177,6 +179,8 @@ class Keys:
         self.pinned = self.root + "dpin"
         self.limits = self.root + "limits"
         self.limit_types = self.root + "limit-types"
+        # The parameter schemas the workers published (TaskSchemasStore, _redis/task_schemas).
+        self.task_schemas = self.root + "schemas"
         # The refs that may have a holder, a parked task or a waiter (limit_usage's list).
         self.limit_refs = self.root + "lrefs"
         self.limit_freed = self.root + "lf"

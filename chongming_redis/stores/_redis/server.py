@@ -1,5 +1,5 @@
 """What ``RedisTaskStore`` asks of the server it is given: whether it understands script
-flags (Redis 7), and whether its settings can lose or evict acknowledged data."""
+flags (Redis 7, Valkey), and whether its settings can lose or evict acknowledged data."""
 
 from __future__ import annotations
 
@@ -18,10 +18,14 @@ log = logging.getLogger("chongming_redis.store")
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
+#: The first major version that understands script flags, by the name ``HELLO`` gives: Valkey,
+#: forked from Redis 7.2, has them in every release (and names itself from 8.0 on).
+SCRIPT_FLAGS_SINCE = {"redis": 7, "valkey": 7}
+
 
 def supports_script_flags(client: redis.Redis) -> bool:
-    """Redis >= 7 understands ``#!lua`` shebangs and ``EVALSHA_RO``; older servers and
-    fakeredis do not (and fakeredis changes its reply shapes after HELLO, so it is not
+    """Redis >= 7 and Valkey understand ``#!lua`` shebangs and ``EVALSHA_RO``; older servers
+    and fakeredis do not (and fakeredis changes its reply shapes after HELLO, so it is not
     asked)."""
     if type(client).__module__.startswith("fakeredis"):
         return False
@@ -33,12 +37,13 @@ def supports_script_flags(client: redis.Redis) -> bool:
 
 
 def hello_supports_flags(hello: Any) -> bool:
-    """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) comes from Redis >= 7
-    (the sync store asks above, ``AsyncRedisTaskStore`` with its own client)."""
+    """Whether a ``HELLO`` reply (a flat list in RESP2, a map in RESP3) comes from a server
+    that understands script flags, ``SCRIPT_FLAGS_SINCE`` (the sync store asks above,
+    ``AsyncRedisTaskStore`` with its own client)."""
     info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
-    server = _text(info.get(b"server", b""))
+    since = SCRIPT_FLAGS_SINCE.get(_text(info.get(b"server", b"")))
     version = _text(info.get(b"version", b"0"))
-    return server == "redis" and int(version.split(".")[0]) >= 7
+    return since is not None and int(version.split(".")[0]) >= since
 
 
 def check_server_settings(client: redis.Redis) -> list[str]:

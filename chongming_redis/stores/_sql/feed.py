@@ -36,6 +36,9 @@ class FeedPositions:
         self._tx = tx
         self._head: int | None = None
         self.issued = 0
+        #: A task became ``PENDING`` (created, or saved from another status): the store wakes
+        #: idle workers in this transaction (``SqlTaskStore._nudge_work``).
+        self.made_work = False
 
     def lock(self) -> None:
         """Take the head row now. A write that locks task rows before it issues a position

@@ -39,7 +39,8 @@ Tables (``schema_statements``):
 * ``meta`` — named integers: ``feed_head`` (the last feed position issued), ``num_buckets``
   (recorded by the first pool worker).
 * ``pool_workers``, ``pool_buckets`` — the bucket pool (``BucketPoolStore``).
-* ``task_types`` — the task type names workers recorded (``TaskTypesStore``).
+* ``task_types`` — the task type names workers recorded (``TaskTypesStore``); ``task_schemas``
+  — their published parameter schemas (``TaskSchemasStore``), version 8 (``_sql/task_schemas``).
 * ``schema_version`` — one row per migration applied; a database whose recorded version is newer
   than this code's ``SCHEMA_VERSION`` is refused (``UnsupportedSchema``), never written to.
 """
@@ -57,7 +58,7 @@ from chongming_redis.errors import UnsupportedSchema
 from chongming_redis.model import TaskStatus
 
 #: The schema version this code writes and reads.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: The final statuses (``TaskStatus.is_terminal``): a task in one holds no unique id and may
 #: expire.
@@ -340,6 +341,12 @@ def _v7(d: Dialect) -> list[str]:
     ]
 
 
+def _v8(d: Dialect) -> list[str]:
+    """Published parameter schemas: name -> JSON Schema text, published at (µs)."""
+    return [f"CREATE TABLE IF NOT EXISTS task_schemas (name {d.text} PRIMARY KEY,"
+            f" params_schema {d.text} NOT NULL, published_at {d.bigint} NOT NULL)"]  # fmt: skip
+
+
 #: The condition "this ``tasks`` row is no parent of an unfinished child" (edge rows exist only
 #: while the child is unfinished): what ``prune`` and the expiry may remove.
 UNPINNED = "NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = tasks.task_id)"
@@ -347,7 +354,7 @@ UNPINNED = "NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = tasks.
 
 #: version -> the statements that bring a database from ``version - 1`` to ``version``.
 MIGRATIONS: dict[int, Callable[[Dialect], list[str]]] = {
-    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7,
+    1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8,
 }  # fmt: skip
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 

@@ -1,7 +1,8 @@
 """``SqlTaskStore``: every ``TaskStore`` method, the runtime extensions and the change feed over
 the shared SQL of the ``_sql`` modules, for any SQL database (the task policies' methods are
 ``SqlPolicies``, ``_sql/policies.py``; the limits' ``SqlLimits``, ``_sql/limits.py``; the
-schedules' ``SqlSchedules``, ``_sql/schedules.py``). A concrete store
+schedules' ``SqlSchedules``, ``_sql/schedules.py``; the published parameter schemas'
+``SqlTaskSchemas``, ``_sql/task_schemas.py``). A concrete store
 (``SqliteTaskStore``, ``PostgresTaskStore``) provides only the connection side:
 
 * ``_transaction(write=...)`` — a context manager yielding a ``Tx``: committed when the block
@@ -10,7 +11,8 @@ schedules' ``SqlSchedules``, ``_sql/schedules.py``). A concrete store
   consistent read. It raises ``StoreClosed`` once the store is closed, and reports driver
   failures as ``StoreError`` (``StoreUnavailable`` when the database cannot be reached or is
   busy);
-* ``close()`` and ``server_time()``; ``where`` (a label for messages: a path, a schema).
+* ``close()`` and ``server_time()``; ``where`` (a label for messages: a path, a schema);
+* optionally ``_nudge_work(tx)``: wakes idle workers in a write that made a task ``PENDING``.
 
 Arguments are checked here, before any transaction, with the checks every store shares
 (``stores/_checks.py``), so a SQL store refuses exactly what the others refuse.
@@ -53,6 +55,7 @@ from chongming_redis.stores._sql.rows import (
 )
 from chongming_redis.stores._sql.schedules import SqlSchedules
 from chongming_redis.stores._sql.schema import Tx
+from chongming_redis.stores._sql.task_schemas import SqlTaskSchemas
 from chongming_redis.stores.codec import (
     command_to_row,
     encode_dt,
@@ -63,7 +66,7 @@ from chongming_redis.stores.codec import (
 from chongming_redis.validation import check_identifier, check_int
 
 
-class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules, SqlDependencies):
+class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules, SqlDependencies, SqlTaskSchemas):
     #: Tasks one ``prune`` transaction drops at most (a long prune never holds the write lock
     #: for long; each batch re-reads which tasks are beyond ``keep_terminal``).
     prune_batch = 500
@@ -83,6 +86,12 @@ class SqlTaskStore(SqlPolicies, SqlLimits, SqlSchedules, SqlDependencies):
             feed = FeedPositions(tx)
             yield tx, feed
             feed.flush()
+            if feed.made_work:
+                self._nudge_work(tx)
+
+    def _nudge_work(self, tx: Tx) -> None:
+        """Wake idle workers from inside the write transaction that made a task ``PENDING``
+        (delivered at its commit; PostgreSQL's ``NOTIFY``). SQLite's workers poll: nothing."""
 
     def _reading(self) -> AbstractContextManager[Tx]:
         return self._transaction(write=False)

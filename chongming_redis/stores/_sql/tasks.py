@@ -92,6 +92,9 @@ _APPEND = (
 )
 
 
+_PENDING = TaskStatus.PENDING.value
+
+
 class WriteDuties(Protocol):
     """What a write of a task row owes beyond the row, judged around it in its transaction
     (the dependencies: ``_sql/dependencies.py``'s ``Duties``, which the store passes in)."""
@@ -121,6 +124,7 @@ def insert(tx: Tx, feed: FeedPositions, row: Row, held_by: str | None = None) ->
         params = [*values_of(row, SNAPSHOT_COLUMNS), expires_at(row), feed.next()]
         if tx.run(_INSERT_TASK, params):
             feed.used()
+            feed.made_work |= text(row["status"]) == _PENDING
             _set_tags(tx, task_id, str(row["tags"]), replace=False)
             return None
     if stored_version(tx, task_id) is not None:  # the id first, as every store judges it
@@ -143,14 +147,22 @@ def save(
         sql = _SAVE_TASK
         if unique is not None:
             sql, params = _save_claiming(tx.dialect), [*params, unique, task_id]
+        # Into PENDING from another status (a retry, a hand-back, a release) is new work.
+        becomes_work = text(row["status"]) == _PENDING and _stored_status(tx, task_id) != _PENDING
         if tx.run(sql, params):
             feed.used()
+            feed.made_work |= becomes_work
             _set_tags(tx, task_id, str(row["tags"]), replace=True)
             return None
     actual = stored_version(tx, task_id)
     if actual != expect or unique is None:  # the version first, as every store judges it
         return ConcurrencyConflict(task_id, expect, actual)
     return uniques.taken(tx, unique, held_by)
+
+
+def _stored_status(tx: Tx, task_id: str) -> str | None:
+    found = tx.rows("SELECT status FROM tasks WHERE task_id = ?", [task_id])
+    return None if not found else text(found[0][0])
 
 
 def stored_version(tx: Tx, task_id: str) -> int | None:

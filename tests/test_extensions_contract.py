@@ -35,6 +35,7 @@ MEMORY = frozenset(
         "SchedulesStore",
         "DependenciesStore",
         "TaskSchemasStore",
+        "CommitStartStore",
     }
 )
 #: The limits are enforced by the in-memory reference and the SQL stores; the others follow.

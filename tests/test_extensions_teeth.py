@@ -28,7 +28,7 @@ from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.protocol import TaskStore
 from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.testing.extensions_contract import ExtensionsContract
-from tests import broken_dependency_stores, broken_task_schema_stores
+from tests import broken_commit_start_stores, broken_dependency_stores, broken_task_schema_stores
 from tests.broken_extension_stores import BROKEN_EXTENSION_STORES, CAUGHT_BY, SOUND
 from tests.broken_extension_stores import EXPECTED as EXPECTED_BEFORE_DEPENDENCIES
 from tests.support.contract_runner import caught_first, failures_of
@@ -42,13 +42,17 @@ CONTRACT_TESTS = sorted(name for name in dir(ExtensionsContract) if name.startsw
 CAUGHT_BY.update(broken_dependency_stores.CAUGHT_BY)
 BROKEN_EXTENSION_STORES.update(broken_dependency_stores.BROKEN)
 SOUND.update(broken_dependency_stores.SOUND)
-# The parameter schemas' broken stores, likewise.
+# The parameter schemas' broken stores, likewise; and commit_and_start's.
 CAUGHT_BY.update(broken_task_schema_stores.CAUGHT_BY)
 BROKEN_EXTENSION_STORES.update(broken_task_schema_stores.BROKEN)
 SOUND.update(broken_task_schema_stores.SOUND)
+CAUGHT_BY.update(broken_commit_start_stores.CAUGHT_BY)
+BROKEN_EXTENSION_STORES.update(broken_commit_start_stores.BROKEN)
+SOUND.update(broken_commit_start_stores.SOUND)
 EXPECTED = EXPECTED_BEFORE_DEPENDENCIES | {
     broken_dependency_stores.EXTENSION,
     broken_task_schema_stores.EXTENSION,
+    broken_commit_start_stores.EXTENSION,
 }
 
 

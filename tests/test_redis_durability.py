@@ -115,6 +115,13 @@ def test_every_write_waits_once_for_the_replica_and_reads_never_wait(
         "start_tasks": lambda: store.start_tasks(
             owner="w", now=now, lease_until=now + timedelta(seconds=30), buckets=[0]
         ),
+        "commit_start": lambda: store.commit_and_start(
+            [(task("b", 2), 1, [])],
+            owner="w",
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            buckets=[0],
+        ),
         "pool_tick": lambda: store.pool_tick(
             worker="w", now=now, lease_seconds=5, num_buckets=4, wanted=[0]
         ),

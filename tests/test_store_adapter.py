@@ -85,7 +85,13 @@ def entry(task_id: str, version: int, to: TaskStatus = P) -> Transition:
 
 
 #: The extensions added after the adapter's first ones, which every built-in store implements.
-LATER = {"LimitsStore", "SchedulesStore", "DependenciesStore", "TaskSchemasStore"}
+LATER = {
+    "LimitsStore",
+    "SchedulesStore",
+    "DependenciesStore",
+    "TaskSchemasStore",
+    "CommitStartStore",
+}
 
 
 def test_the_adapter_resolves_each_extension_of_each_store(

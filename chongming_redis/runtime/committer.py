@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 
 from chongming_redis.errors import StoreError
 from chongming_redis.runtime.runner import Runner
@@ -34,7 +35,11 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             except queue.Empty:
                 break
         try:
-            runner.writer.flush_many(batch)
+            sent_at = time.monotonic()
+            started = runner.writer.flush_many(batch, runner.start_with_commit(len(batch)))
+            # The batch's slots go to the tasks started with it before the batch lets them go
+            # (settle), so the starter never counts them free in between.
+            runner.take(started, sent_at)
         except Exception:  # never the thread's end: slots would stay taken for good
             log.exception("%s: group commit failed", runner.writer.owner)
         for held in batch:

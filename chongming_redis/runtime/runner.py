@@ -36,6 +36,7 @@ from chongming_redis.runtime.context import TaskContext, TaskLost, TaskStopped
 from chongming_redis.runtime.endings import failure_of, is_own
 from chongming_redis.runtime.held import Held, HeldTasks
 from chongming_redis.runtime.isolation import ChildFailed, run_in_process
+from chongming_redis.runtime.store_adapter import Started
 from chongming_redis.runtime.submission import fill_policies
 from chongming_redis.runtime.task_log import TaskLog
 from chongming_redis.runtime.task_loop import TaskLoop
@@ -147,22 +148,41 @@ class Runner:
         return started + taken
 
     def _start_from(self, buckets: frozenset[int] | None, free: int) -> int:
-        now = self.writer.clock.now()
         renewed_at = time.monotonic()
-        started = self.writer.adapter.start(
-            now=now, lease_until=now + timedelta(seconds=self.config.task_lease),
-            buckets=buckets, num_buckets=self.num_buckets,
-            limit=min(free, 100), names=frozenset(self.app.types),
-        )  # fmt: skip
+        started = self.writer.adapter.start(**self._start_args(buckets, free))
         if started:
             self._window.round_trip(time.monotonic() - renewed_at)
-        for one in started:  # where the start could not write the lease or history: now
+        self.take(started, renewed_at)
+        return len(started)
+
+    def _start_args(self, buckets: frozenset[int] | None, limit: int) -> dict[str, Any]:
+        now = self.writer.clock.now()
+        return {"now": now, "lease_until": now + timedelta(seconds=self.config.task_lease),
+                "buckets": buckets, "num_buckets": self.num_buckets, "limit": min(limit, 100),
+                "names": frozenset(self.app.types)}  # fmt: skip
+
+    def start_with_commit(self, freed: int) -> dict[str, Any] | None:
+        """The start a group commit of ``freed`` slots' tasks makes in its own call (the
+        ``StoreAdapter.start`` arguments, for ``TaskWriter.flush_many``), from the buckets
+        this worker serves; ``None`` when nothing may start (shutting down, no task types, no
+        buckets). Those slots are taken over by the tasks it starts, so this start counts no
+        free slots: the starter thread fills the others."""
+        if freed <= 0 or not self.accepting.is_set() or not self.app.types:
+            return None
+        buckets = self.serving()
+        if buckets is not None and not buckets:
+            return None
+        return self._start_args(buckets, freed)
+
+    def take(self, started: list[Started], renewed_at: float) -> None:
+        """Hold the tasks a start (``renewed_at``: when it was sent) moved to ``RUNNING``;
+        where the start could not write the lease or the history, it is written now."""
+        for one in started:
             held = self._hold(one.snapshot, renewed_at if one.leased else None, one.unwritten)
             if not one.leased:
                 self.writer.renew_lease(held)
             if held.pending:
                 self.writer.flush(held)
-        return len(started)
 
     def _hold(
         self, running: TaskSnapshot, renewed_at: float | None, pending: list[Transition]

@@ -29,6 +29,7 @@ from chongming_redis.model import (
 from chongming_redis.runtime.limit_defs import LimitsNotEnforced
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores.codec import encode_dt
+from chongming_redis.stores.commit_start import CommitStartStore
 from chongming_redis.stores.extensions import (
     BatchingStore,
     BucketCountingStore,
@@ -66,6 +67,7 @@ class StoreAdapter:
         self.store = store
         self.owner = owner  # for log lines
         self._batching = store if isinstance(store, BatchingStore) else None
+        self._commit_start = store if isinstance(store, CommitStartStore) else None
         self._fenced = store if isinstance(store, FencedTouchStore) else None
         self._clock = store if isinstance(store, ServerClockStore) else None
         self._counting = store if isinstance(store, BucketCountingStore) else None
@@ -121,6 +123,42 @@ class StoreAdapter:
             results.append(None)
             self.append_all(transitions, best_effort=best_effort_history)
         return results
+
+    def commit_and_start(
+        self,
+        items: Sequence[CommitItem],
+        *,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Collection[int] | None,
+        num_buckets: int,
+        limit: int,
+        names: Collection[str],
+    ) -> tuple[list[StoreError | None], list[Started] | StoreError]:
+        """The group committer's call: ``commit(items)`` (the ends of tasks this worker's
+        slots ran), then ``start`` of up to ``limit`` tasks, no more than the items written.
+        One atomic call on a ``CommitStartStore``; else the two calls, in that order (the
+        store never holds more ``RUNNING`` tasks of this worker either way). The start's
+        ``StoreError`` is returned in place of its tasks: the commit stands."""
+        if self._commit_start is not None:
+            wanted = range(num_buckets) if buckets is None else sorted(buckets)
+            results, started = self._commit_start.commit_and_start(
+                items, owner=self.owner, now=now, lease_until=lease_until, buckets=list(wanted),
+                limit=limit, names=sorted(names),
+            )  # fmt: skip
+            if isinstance(started, StoreError):
+                return results, started
+            return results, [Started(snapshot) for snapshot in started]
+        results = self.commit(items)
+        freed = min(limit, sum(1 for result in results if result is None))
+        if not freed:
+            return results, []
+        start: dict[str, Any] = {"now": now, "lease_until": lease_until, "buckets": buckets,
+                 "num_buckets": num_buckets, "names": names}  # fmt: skip
+        try:
+            return results, self.start(limit=freed, **start)
+        except StoreError as exc:
+            return results, exc
 
     def append_all(self, transitions: Sequence[Transition], *, best_effort: bool = False) -> None:
         """Append each entry (idempotent); ``best_effort``: log a failure instead of raising."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +27,7 @@ from chongming_redis.runtime.clock import ServerClock
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.events import NO_EVENTS, WorkerEvents
 from chongming_redis.runtime.held import Held, HeldTasks, advance, without_lease
-from chongming_redis.runtime.store_adapter import StoreAdapter
+from chongming_redis.runtime.store_adapter import Started, StoreAdapter
 from chongming_redis.runtime.task_log import handed_back
 
 log = logging.getLogger("chongming_redis.runtime")
@@ -148,8 +149,13 @@ class TaskWriter:
                 self.held.forget(held)
                 return False
 
-    def flush_many(self, batch: list[Held]) -> None:
-        """Group commit: every task of ``batch`` in one ``commit_tasks`` call."""
+    def flush_many(
+        self, batch: list[Held], start: Mapping[str, Any] | None = None
+    ) -> list[Started]:
+        """Group commit: every task of ``batch`` in one ``commit_tasks`` call; with ``start``
+        (``StoreAdapter.start``'s arguments), the starts into the slots the batch frees in
+        the same call (``StoreAdapter.commit_and_start``). Returns the tasks started (none
+        when the call failed: the starter's next pass starts them)."""
         for held in batch:  # only the committer ever holds more than one of these locks
             held.write_lock.acquire()
         try:
@@ -163,13 +169,20 @@ class TaskWriter:
                     ids.add(h.task_id)
                     dirty.append(h)
             items = [(h.snapshot, h.stored_version, list(h.pending)) for h in dirty]
+            started: list[Started] | StoreError = []
             try:
-                results = self.adapter.commit(items) if items else []
+                if items and start is not None:
+                    results, started = self.adapter.commit_and_start(items, **start)
+                else:
+                    results = self.adapter.commit(items) if items else []
             except StoreError as exc:  # the supervisor flushes them one by one later
                 self.events.store_error("write")
                 for held in dirty:
                     self.log_buffered(held, exc)
-                return
+                return []
+            if isinstance(started, StoreError):  # the commit stands; the starter tries again
+                log.debug("%s: the start after a commit failed: %s", self.owner, started)
+                started = []
             for held, conflict in zip(dirty, results):
                 if conflict is None or self._already_stored(held):
                     held.stored_version = held.snapshot.status_version
@@ -180,6 +193,7 @@ class TaskWriter:
                     held.ctx.lose(f"another writer moved it on ({conflict})")
                     held.conflicted = True
                     held.pending.clear()
+            return started
         finally:
             for held in batch:
                 held.write_lock.release()

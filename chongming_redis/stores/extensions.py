@@ -29,6 +29,7 @@ from chongming_redis.model import (
     TaskStatus,
     Transition,
 )
+from chongming_redis.stores.commit_start import COMMIT_START_METHODS, CommitStartStore
 from chongming_redis.stores.dependency_store import DEPENDENCY_METHODS, DependenciesStore
 from chongming_redis.stores.schedule_store import SCHEDULE_METHODS, SchedulesStore
 from chongming_redis.stores.task_schema_store import TASK_SCHEMA_METHODS, TaskSchemasStore
@@ -379,6 +380,7 @@ EXTENSION_METHODS: dict[str, tuple[str, ...]] = {
     "SchedulesStore": SCHEDULE_METHODS,
     "DependenciesStore": DEPENDENCY_METHODS,
     "TaskSchemasStore": TASK_SCHEMA_METHODS,
+    "CommitStartStore": COMMIT_START_METHODS,
 }
 
 EXTENSIONS: dict[str, type] = {
@@ -399,6 +401,7 @@ EXTENSIONS: dict[str, type] = {
     "SchedulesStore": SchedulesStore,
     "DependenciesStore": DependenciesStore,
     "TaskSchemasStore": TaskSchemasStore,
+    "CommitStartStore": CommitStartStore,
 }
 
 

@@ -39,6 +39,7 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._memory_commit_start import MemoryCommitStart
 from chongming_redis.stores._memory_dependencies import MemoryDependencies
 from chongming_redis.stores._memory_limits import MemoryLimits
 from chongming_redis.stores._memory_policies import MemoryPolicies
@@ -67,12 +68,12 @@ KEPT_ON_SAVE = (*LEASE_COLUMNS, *PARENT_COLUMNS)
 
 class InMemoryTaskStore(
     MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules, MemoryDependencies,
-    MemoryTaskSchemas,
+    MemoryTaskSchemas, MemoryCommitStart,
 ):  # fmt: skip
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: commit_and_start holds it across two calls
         self._closed = False
         self._tasks: dict[str, Row] = {}
         self._history: dict[str, dict[int, Row]] = {}

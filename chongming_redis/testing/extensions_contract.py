@@ -55,6 +55,7 @@ from chongming_redis.testing.contract.support import (
     raises,
 )
 from chongming_redis.testing.extensions.batching import BatchingContract, entry, task
+from chongming_redis.testing.extensions.commit_start import CommitStartContract
 from chongming_redis.testing.extensions.dashboard_reads import DashboardReadsContract
 from chongming_redis.testing.extensions.dependencies import DependenciesContract
 from chongming_redis.testing.extensions.limits import LimitsContract
@@ -83,6 +84,7 @@ class ExtensionsContract(
     SchedulesContract,
     DependenciesContract,
     TaskSchemasContract,
+    CommitStartContract,
     ContractBase,
 ):
     """The extensions' contract as test methods. Define ``make_store`` and

@@ -66,6 +66,23 @@ class RedisExtensions(Driver[ClusterCalls]):
             worker_ops.start_tasks(self.keys, owner, now, lease_until, buckets, limit, names)
         )
 
+    def commit_and_start(
+        self,
+        items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]],
+        *,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        buckets: Sequence[int],
+        limit: int = 50,
+        names: Sequence[str] = (),
+    ) -> tuple[list[StoreError | None], list[TaskSnapshot] | StoreError]:
+        """``CommitStartStore``: ``commit_tasks`` then ``start_tasks`` capped at the tasks it
+        moved out of ``RUNNING``, in one script (``lua/commit_start.lua``)."""
+        self.prepare_start_order()
+        request = worker_ops.StartRequest(owner, now, lease_until, buckets, limit, names)
+        return self._perform(worker_ops.commit_start(self.keys, items, request))
+
     def prepare_start_order(self) -> int:
         """Queue the PENDING tasks of a namespace written before the start queues (once per
         namespace, ``worker_ops.upgrade_start_order``; once per store, one ``HGET``, after

@@ -215,9 +215,11 @@ def history(keys: Keys, task_id: str, since_version: int = 0) -> Plan[list[Trans
     return [decode_entry(task_id, key, m) for m in members]
 
 
-def commit_tasks(
-    keys: Keys, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
-) -> Plan[list[StoreError | None]]:
+#: One ``commit_tasks`` item: the snapshot, its expected version (``None``: create), its entries.
+CommitItem = tuple[TaskSnapshot, int | None, Sequence[Transition]]
+
+
+def commit_tasks(keys: Keys, items: Sequence[CommitItem]) -> Plan[list[StoreError | None]]:
     """``commit_tasks`` script calls of ``COMMIT_BATCH`` items each; every item is checked
     before the first. Per item ``None`` or the conflict it met (``BatchingStore``), or the
     ``UniqueTaken`` it met (``TaskPoliciesStore``)."""
@@ -225,22 +227,34 @@ def commit_tasks(
     results: list[StoreError | None] = []
     for start in range(0, len(checked), COMMIT_BATCH):
         batch = checked[start : start + COMMIT_BATCH]
-        args: list[Any] = [len(batch)]
-        for snapshot, expect, transitions in batch:
-            row = snapshot_to_row(snapshot)
-            if expect is None:
-                args += task_args(row, "", with_lease=True, counted=True)
-            else:
-                args += task_args(row, expect, counted=True)
-            args.append(len(transitions))
-            for transition in transitions:
-                args += [transition.version, encode_entry(transition)]
-        reply = yield script("commit_tasks", [keys.root, keys.counts], args)
-        for i, (snapshot, expect, _) in enumerate(batch):
-            item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0,
-                                unique=snapshot.unique or "",
-                                status=snapshot.status.value)  # fmt: skip
-            results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
+        reply = yield script("commit_tasks", [keys.root, keys.counts], commit_args(batch))
+        results += commit_results(batch, reply)
+    return results
+
+
+def commit_args(batch: Sequence[CommitItem]) -> list[Any]:
+    """``commit_tasks``' arguments for ``batch`` (checked items, at most ``COMMIT_BATCH``)."""
+    args: list[Any] = [len(batch)]
+    for snapshot, expect, transitions in batch:
+        row = snapshot_to_row(snapshot)
+        if expect is None:
+            args += task_args(row, "", with_lease=True, counted=True)
+        else:
+            args += task_args(row, expect, counted=True)
+        args.append(len(transitions))
+        for transition in transitions:
+            args += [transition.version, encode_entry(transition)]
+    return args
+
+
+def commit_results(batch: Sequence[CommitItem], reply: Sequence[Any]) -> list[StoreError | None]:
+    """Per item of ``batch``, ``None`` or the error its code in ``commit_tasks``' reply says."""
+    results: list[StoreError | None] = []
+    for i, (snapshot, expect, _) in enumerate(batch):
+        item = replies.Call("commit_tasks", task_id=snapshot.task_id, expected=expect or 0,
+                            unique=snapshot.unique or "",
+                            status=snapshot.status.value)  # fmt: skip
+        results.append(replies.item_error(item, reply[1 + 2 * i], reply[2 + 2 * i]))
     return results
 
 

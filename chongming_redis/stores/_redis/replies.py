@@ -206,6 +206,7 @@ REPLIES: Mapping[str, Replies] = {
          "BADARG": BADARG},
     ),
     "start_tasks": Replies({"OK": Code("the started tasks"), **_SHARED}),
+    "commit_start": Replies({"OK": Code("the commit's reply, then the start's"), **_SHARED}),
     "upgrade_start_order": Replies({"OK": Code("index entries looked at"), **_SHARED}),
     "commit_tasks": Replies(
         {"OK": Code("one code per item"), **_SHARED},

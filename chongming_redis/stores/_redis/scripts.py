@@ -89,6 +89,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "start_tasks",
     "upgrade_start_order",
     "commit_tasks",
+    "commit_start",
     "changes",
     "task_commands",
     "write_schedule",

@@ -14,13 +14,24 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from chongming_redis.errors import CorruptRecord
+from chongming_redis.errors import CorruptRecord, StoreError
 from chongming_redis.model import Command, Progress, TaskSnapshot, Transition
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._redis import replies
 from chongming_redis.stores._redis.keys import TASK_FIELDS, Keys
-from chongming_redis.stores._redis.ops import Plan, Read, Script, script
+from chongming_redis.stores._redis.ops import (
+    COMMIT_BATCH,
+    CommitItem,
+    Plan,
+    Read,
+    Script,
+    commit_args,
+    commit_results,
+    commit_tasks,
+    script,
+)
 from chongming_redis.stores._redis.replies import text
 from chongming_redis.stores._redis.rows import (
     decode_command,
@@ -217,14 +228,72 @@ def start_tasks(
     limit: int,
     names: Sequence[str],
 ) -> Plan[list[TaskSnapshot]]:
+    memo, args = start_args(owner, now, lease_until, buckets, limit, names)
+    reply = yield script("start_tasks", [keys.root, keys.start_memo(memo)], args)
+    return started_tasks(keys, reply)
+
+
+def start_args(
+    owner: str,
+    now: datetime,
+    lease_until: datetime,
+    buckets: Sequence[int],
+    limit: int,
+    names: Sequence[str],
+) -> tuple[str, list[object]]:
+    """``start_tasks``' memo token and arguments (checked: ``ValueError``/``TypeError``)."""
     wanted, names = check.check_start(owner, now, lease_until, buckets, limit, names)
     memo = token()
     memo_ms = max(1000, math.ceil((lease_until - now).total_seconds() * 1000))
-    script_keys = [keys.root, keys.start_memo(memo)]
     args = [owner, encode_dt(now), encode_dt(lease_until), limit, memo, memo_ms,
             len(wanted), *wanted, len(names), *names]  # fmt: skip
-    reply = yield script("start_tasks", script_keys, args)
+    return memo, args
+
+
+def started_tasks(keys: Keys, reply: Sequence[Any]) -> list[TaskSnapshot]:
+    """The tasks a ``start_tasks`` reply (``'OK'``, then id and hash pairs) started."""
     return [decode_task(keys, text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply), 2)]
+
+
+def commit_start(
+    keys: Keys, items: Sequence[CommitItem], start: StartRequest
+) -> Plan[tuple[list[StoreError | None], list[TaskSnapshot] | StoreError]]:
+    """``commit_tasks`` of ``items``, then ``start_tasks`` of ``start`` capped at the tasks the
+    commit moved out of ``RUNNING``: one ``commit_start`` script call for up to
+    ``COMMIT_BATCH`` items (more: the commits, then the start, as separate calls). The start's
+    ``CorruptRecord`` (or refusal) is returned in place of its tasks: the commit stands."""
+    checked = check.check_commit_items(items)
+    memo, args = start_args(start.owner, start.now, start.lease_until, start.buckets,
+                            start.limit, start.names)  # fmt: skip
+    if not checked:
+        return [], []  # nothing ended: nothing starts
+    if len(checked) > COMMIT_BATCH:
+        results = yield from commit_tasks(keys, checked)
+        started = yield from start_tasks(keys, start.owner, start.now, start.lease_until,
+                                         start.buckets, start.limit, start.names)  # fmt: skip
+        return results, started
+    committing = commit_args(checked)
+    reply = yield script("commit_start", [keys.root, keys.counts, keys.start_memo(memo)],
+                         [len(committing), *committing, *args])  # fmt: skip
+    commit_reply, start_reply = reply[1], reply[2]
+    results = commit_results(checked, replies.check(replies.Call("commit_tasks"), commit_reply))
+    try:
+        started = started_tasks(keys, replies.check(replies.Call("start_tasks"), start_reply))
+    except StoreError as exc:
+        return results, exc
+    return results, started
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """What a ``start_tasks`` call asks for (its keyword arguments)."""
+
+    owner: str
+    now: datetime
+    lease_until: datetime
+    buckets: Sequence[int]
+    limit: int
+    names: Sequence[str]
 
 
 #: Index entries per ``upgrade_start_order`` call.

@@ -139,7 +139,7 @@ local function start_body(root, memo, A, cap)
   -- tasks of the whole merge are in those queues, so a call reads a few queues and builds a few
   -- entries whatever the number of buckets (a sort over every bucket's head cost more than the
   -- rest of a small call).
-  local HEADS_PAGE = 2 * limit + 64
+  local HEADS_PAGE = 2 * limit + 16
   local heads = {}
   local function wanted_heads(rh, name)
     local kept, cut, from = 0, nil, 0

@@ -29,9 +29,20 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             batch = [runner.commits.get(timeout=0.2)]
         except queue.Empty:
             continue
+        # Group commit: while tasks that usually end within a round trip still run, their
+        # ends join this call (the slots would otherwise come back a few at a time).
+        linger_until = time.monotonic() + runner.linger()
         while len(batch) < COMMIT_BATCH:
             try:
                 batch.append(runner.commits.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            left = linger_until - time.monotonic()
+            if left <= 0 or not runner.running():
+                break
+            try:
+                batch.append(runner.commits.get(timeout=left))
             except queue.Empty:
                 break
         try:
@@ -39,6 +50,7 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             started = runner.writer.flush_many(batch, runner.start_with_commit(len(batch)))
             # The batch's slots go to the tasks started with it before the batch lets them go
             # (settle), so the starter never counts them free in between.
+            runner.took(time.monotonic() - sent_at)
             runner.take(started, sent_at)
         except Exception:  # never the thread's end: slots would stay taken for good
             log.exception("%s: group commit failed", runner.writer.owner)

@@ -48,6 +48,9 @@ __all__ = ["Runner", "Window"]
 
 log = logging.getLogger("chongming_redis.runtime")
 
+#: The longest the group committer waits for running tasks to end and join its call (seconds).
+MAX_LINGER = 0.002
+
 
 class Runner:
     def __init__(
@@ -247,6 +250,24 @@ class Runner:
         if not held.queued:  # else the committer frees its slot and starts the next tasks
             self._release(held)
             self.wake_starter.set()
+
+    def running(self) -> int:
+        """How many slots run a task's function now."""
+        return self._busy
+
+    def took(self, seconds: float) -> None:
+        """A group commit's round trip took ``seconds`` (``linger`` follows it)."""
+        self._window.round_trip(seconds)
+
+    def linger(self) -> float:
+        """How long the group committer may wait, after a task ended, for the tasks still
+        running to end too and join its call: up to one round trip (at most ``MAX_LINGER``),
+        and only while tasks usually run shorter than that; 0 before both are measured."""
+        run, trip = self._window.run_time, self._window.round_trip_time
+        if run is None or trip is None:
+            return 0.0
+        bound = min(trip, MAX_LINGER)
+        return bound if run < bound else 0.0
 
     def _release(self, held: Held) -> None:
         with self._lock:

@@ -1,0 +1,125 @@
+"""The group committer (``runtime/committer.py``): how long it waits for running tasks to end
+and join its call (``Runner.linger``), and that it does gather them, on a real in-memory
+worker and with a stand-in runner."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+from chongming_redis import InMemoryTaskStore, TaskStatus
+from chongming_redis.runtime.app import App
+from chongming_redis.runtime.committer import commit_finished
+from chongming_redis.runtime.context import TaskContext
+from chongming_redis.runtime.controller import Controller
+from chongming_redis.runtime.runner import MAX_LINGER
+from tests.test_controller import FAST, wait_until
+
+
+def runner_with(run_time: float | None, round_trip: float | None) -> Any:
+    app = App("linger")
+    controller = Controller(InMemoryTaskStore(), app=app, owner="w", concurrency=4)
+    window = controller.runner._window
+    window.run_time, window.round_trip_time = run_time, round_trip
+    return controller.runner
+
+
+def test_it_lingers_one_round_trip_for_short_tasks_and_never_for_long_ones() -> None:
+    assert runner_with(None, None).linger() == 0.0, "nothing measured yet"
+    assert runner_with(0.0001, None).linger() == 0.0
+    assert runner_with(None, 0.001).linger() == 0.0
+    assert runner_with(0.0001, 0.001).linger() == 0.001, "short tasks: one round trip"
+    assert runner_with(0.0001, 0.5).linger() == MAX_LINGER, "bounded"
+    assert runner_with(0.002, 0.001).linger() == 0.0, "tasks longer than the wait: none"
+    assert runner_with(1.0, 0.5).linger() == 0.0
+
+
+class StandIn:
+    """What ``commit_finished`` uses of a runner: its queue, the wait, the running slots; it
+    records each batch instead of writing it."""
+
+    def __init__(self, linger: float, running: int) -> None:
+        self.commits: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.batches: list[list[str]] = []
+        self._linger, self._running = linger, running
+        self.writer = self
+        self.owner = "stand-in"
+
+    def linger(self) -> float:
+        return self._linger
+
+    def running(self) -> int:
+        return self._running
+
+    def start_with_commit(self, freed: int) -> None:
+        return None
+
+    def flush_many(self, batch: list[Any], start: Any = None) -> list[Any]:
+        self.batches.append([held.task_id for held in batch])
+        return []
+
+    def took(self, seconds: float) -> None:
+        pass
+
+    def take(self, started: list[Any], sent_at: float) -> None:
+        pass
+
+    def settle(self, held: Any, *, wake: bool = True) -> None:
+        pass
+
+    def start_available(self, *, wait: bool = True) -> int:
+        return 0
+
+
+class Ended:
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.queued = True
+
+
+def run_committer(stand_in: StandIn, late: float) -> list[list[str]]:
+    running = threading.Event()
+    running.set()
+    thread = threading.Thread(target=commit_finished, args=(stand_in, running), daemon=True)
+    thread.start()
+    stand_in.commits.put(Ended("first"))
+    time.sleep(late)
+    stand_in.commits.put(Ended("second"))
+    wait_until(lambda: sum(len(b) for b in stand_in.batches) == 2, timeout=10)
+    running.clear()
+    thread.join(timeout=5)
+    return stand_in.batches
+
+
+def test_a_task_ending_while_the_committer_lingers_joins_its_call() -> None:
+    assert run_committer(StandIn(linger=5.0, running=1), late=0.05) == [["first", "second"]]
+
+
+def test_without_a_wait_or_with_no_task_running_the_first_end_goes_alone() -> None:
+    assert run_committer(StandIn(linger=0.0, running=1), late=0.3) == [["first"], ["second"]]
+    assert run_committer(StandIn(linger=5.0, running=0), late=0.3) == [["first"], ["second"]]
+
+
+def test_a_worker_of_short_tasks_drains_with_the_wait_measured() -> None:
+    """End to end on the in-memory store: after a drain of short tasks both times are
+    measured, so the committer waits (a bounded time) and every task still succeeds once."""
+    app = App("linger")
+
+    @app.task()
+    def quick(ctx: TaskContext, params: Any) -> None:
+        return None
+
+    store = InMemoryTaskStore()
+    controller = Controller(store, app=app, owner="w", **{**FAST, "concurrency": 4})
+    ids = [controller.submit("quick") for _ in range(200)]
+    controller.start()
+    try:
+        wait_until(lambda: store.counts()[TaskStatus.SUCCEEDED] == 200, timeout=30)
+    finally:
+        controller.shutdown(grace=5)
+    assert 0.0 < controller.runner.linger() <= MAX_LINGER
+    for task_id in ids:
+        starts = [t for t in store.history(task_id) if t.to_status is TaskStatus.RUNNING]
+        assert len(starts) == 1

@@ -14,7 +14,7 @@ from chongming_redis.runtime.app import App
 from chongming_redis.runtime.committer import commit_finished
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.runtime.runner import MAX_LINGER
+from chongming_redis.runtime.starting import MAX_LINGER
 from tests.test_controller import FAST, wait_until
 
 

@@ -27,7 +27,9 @@ namespace (after an unreported warm-up drain):
    clock), p50/p99.
 
 Then (unless ``--no-aof``) the drains again on a redis-server with ``appendfsync always``, with
-a fifth of the tasks (every write waits for an fsync). ``--profile`` adds a 1-process drain
+a fifth of the tasks (every write waits for an fsync). ``--rtt-ms X`` adds drains (a quarter
+of the tasks) whose workers reach Redis through ``bench/delay_proxy.py``, adding X ms of round
+trip. ``--profile`` adds a 1-process drain
 under cProfile (every thread of the worker, on its CPU clock) and prints where the Python time
 goes. ``--metrics`` gives every worker the Prometheus series of ``--metrics-port``
 (``WorkerMetrics``; nothing scrapes them), to measure what counting costs. The load average is
@@ -68,6 +70,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from bench.delay_proxy import DelayProxy
 from bench.drains import Check, check_entries, code_under_test, load_average, percentile
 from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.model import TaskStatus
@@ -442,8 +445,9 @@ def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
 
 def run_drain(
     server: EmbeddedRedis, namespace: str, workers: int, n: int, concurrency: int, tmp: Path,
-    *, profile: bool = False, priorities: bool = False,
+    *, profile: bool = False, priorities: bool = False, worker_url: str | None = None,
 ) -> tuple[Drain, Workers]:  # fmt: skip
+    """``worker_url``: where the workers reach Redis (``--rtt-ms``: through the delay proxy)."""
     store = RedisTaskStore.from_url(server.url, namespace=namespace, check_server=False)
     client = server.client()
     submitter = Controller(store, app=app, owner=f"submitter-{namespace}",
@@ -454,7 +458,8 @@ def run_drain(
     submit_seconds = time.perf_counter() - started
     memory_pending = used_memory(client)
 
-    pool = Workers(server.url, namespace, workers, concurrency, tmp, profile=profile)
+    pool = Workers(worker_url or server.url, namespace, workers, concurrency, tmp,
+                   profile=profile)  # fmt: skip
     try:
         pool.start()
         client.config_resetstat()
@@ -659,6 +664,9 @@ def main() -> None:
     parser.add_argument("--no-aof", action="store_true", help="skip the appendfsync always run")
     parser.add_argument("--profile", action="store_true", help="add a 1-process cProfile drain")
     parser.add_argument("--rate", type=float, default=50.0, help="submits/s, latency phase")
+    parser.add_argument("--rtt-ms", type=float, default=0.0,
+                        help="add drains whose workers reach Redis through a proxy adding this "
+                             "round trip (bench/delay_proxy.py)")  # fmt: skip
     parser.add_argument("--metrics", action="store_true",
                         help="workers keep the Prometheus series of --metrics-port")  # fmt: skip
     options = parser.parse_args()
@@ -713,6 +721,18 @@ def main() -> None:
                 "yes" if check.exactly_once else f"NO ({len(check.bad)} bad)",
             )  # fmt: skip
         console.print(latency)
+
+        if options.rtt_ms > 0:
+            rtt_drains = []
+            assert server.port is not None  # started on a TCP port (port=0 above)
+            with DelayProxy(server.port, options.rtt_ms / 1000) as proxy:
+                for w in (1, 2):
+                    rtt_drains.append(run_drain(server, f"rtt-{w}p", w, max(300, n // 4),
+                                                options.concurrency, tmp,
+                                                worker_url=proxy.url)[0])  # fmt: skip
+            console.print(throughput_table(
+                f"drain through a proxy adding {options.rtt_ms:g} ms of round trip "
+                "(the proxy's CPU included), AOF off", rtt_drains))  # fmt: skip
 
         if options.profile:
             drain, pool = run_drain(server, "prof-1p", 1, n, options.concurrency, tmp,

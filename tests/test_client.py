@@ -493,13 +493,18 @@ def test_wait_sees_through_a_retried_failure_to_the_next_attempts_result(
 
     store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     written: list[TaskStatus] = []  # the state every commit of the worker leaves a task in
-    commit_tasks = store.commit_tasks
+    commit_tasks, commit_and_start = store.commit_tasks, store.commit_and_start
 
     def recording(items: Any) -> Any:
         written.extend(snapshot.status for snapshot, _, _ in items)
         return commit_tasks(items)
 
+    def recording_with_starts(items: Any, **start: Any) -> Any:  # the group committer's call
+        written.extend(snapshot.status for snapshot, _, _ in items)
+        return commit_and_start(items, **start)
+
     store.commit_tasks = recording  # type: ignore[method-assign]
+    store.commit_and_start = recording_with_starts  # type: ignore[method-assign]
     retrying = Controller(store, app=app, start_poll_interval=0.05,
                           retry=RetryPolicy(max_attempts=2, base_delay=0.2, jitter=0.0,
                                             retry_on=(Exception,)))  # fmt: skip

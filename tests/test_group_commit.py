@@ -7,6 +7,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from chongming_redis import InMemoryTaskStore, TaskStatus
@@ -46,6 +48,11 @@ class StandIn:
         self._linger, self._running = linger, running
         self.writer = self
         self.owner = "stand-in"
+        self.wake_starter = threading.Event()
+
+    @contextmanager
+    def start_turn(self) -> Iterator[bool]:
+        yield True
 
     def linger(self) -> float:
         return self._linger
@@ -123,3 +130,21 @@ def test_a_worker_of_short_tasks_drains_with_the_wait_measured() -> None:
     for task_id in ids:
         starts = [t for t in store.history(task_id) if t.to_status is TaskStatus.RUNNING]
         assert len(starts) == 1
+
+
+def test_the_committers_start_takes_the_start_turn_so_a_shutdown_waits_for_it() -> None:
+    """A shutdown hands back what was started before it, after ``wait_for_start``: a start
+    the committer sends in its commit call holds the same turn, so none lands after."""
+    runner = runner_with(None, None)
+    with runner.start_turn() as mine:
+        assert mine
+        with runner.start_turn() as second:
+            assert not second, "one start call at a time"
+        waiter = threading.Thread(target=runner.wait_for_start, daemon=True)
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive(), "the shutdown's wait waits for the committer's start"
+    waiter.join(5)
+    assert not waiter.is_alive()
+    with runner.start_turn() as again:
+        assert again, "released"

@@ -14,6 +14,7 @@ import threading
 import time
 
 from chongming_redis.errors import StoreError
+from chongming_redis.runtime.held import Held
 from chongming_redis.runtime.runner import Runner
 
 log = logging.getLogger("chongming_redis.runtime")
@@ -46,12 +47,7 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             except queue.Empty:
                 break
         try:
-            sent_at = time.monotonic()
-            started = runner.writer.flush_many(batch, runner.start_with_commit(len(batch)))
-            # The batch's slots go to the tasks started with it before the batch lets them go
-            # (settle), so the starter never counts them free in between.
-            runner.took(time.monotonic() - sent_at)
-            runner.take(started, sent_at)
+            commit_and_start(runner, batch)
         except Exception:  # never the thread's end: slots would stay taken for good
             log.exception("%s: group commit failed", runner.writer.owner)
         for held in batch:
@@ -61,6 +57,23 @@ def commit_finished(runner: Runner, running: threading.Event) -> None:
             except Exception:  # as above: one task's settling never ends the thread
                 log.exception("%s: settling %s failed", runner.writer.owner, held.task_id)
         start_next(runner)
+
+
+def commit_and_start(runner: Runner, batch: list[Held]) -> None:
+    """Write ``batch`` and start tasks into the slots it frees, in one call, while holding the
+    one-start-call-at-a-time turn (``Runner.start_turn``: a shutdown's ``wait_for_start``
+    then waits for this start too, so none lands after its hand-backs). When the starter's
+    call holds the turn, the batch is committed alone and the starter fills the slots."""
+    with runner.start_turn() as mine:
+        sent_at = time.monotonic()
+        started = runner.writer.flush_many(batch, runner.start_with_commit(len(batch)) if mine
+                                           else None)  # fmt: skip
+        # The batch's slots go to the tasks started with it before the batch lets them go
+        # (settle), so the starter never counts them free in between.
+        runner.took(time.monotonic() - sent_at)
+        runner.take(started, sent_at)
+    if not mine:
+        runner.wake_starter.set()
 
 
 def start_next(runner: Runner) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,17 @@ class Starting:
             return self._start_available()
         finally:
             self._starting.release()
+
+    @contextmanager
+    def start_turn(self) -> Iterator[bool]:
+        """The one-start-call-at-a-time turn, if it is free (the group committer's start in
+        its commit call): yields whether it was taken, released on leaving."""
+        taken = self._starting.acquire(blocking=False)
+        try:
+            yield taken
+        finally:
+            if taken:
+                self._starting.release()
 
     def wait_for_start(self) -> None:
         """Return once no start call is under way (shutdown: no start lands after it)."""

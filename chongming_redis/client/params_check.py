@@ -4,8 +4,10 @@ written, and raises ``InvalidParams`` naming the field and the reason.
 
 What is checked is what a worker will receive: the parameters as the store keeps them
 (msgpack: a tuple arrives as a list), ``None`` as ``{}`` (a model validates ``None`` as
-``{}``). The schema says what JSON is valid, so it is as strict as JSON: ``"5"`` for an
-integer field is refused here though pydantic's lax mode would accept it with ``app=``; a
+``{}``), ``bytes`` as text. What pydantic's lax mode takes that plain JSON Schema would refuse
+is taken too: ``True`` for a number, repeated items of a ``set`` field. Otherwise it is as
+strict as JSON: ``"5"`` for an integer field is refused here though pydantic's lax mode would
+accept it with ``app=``; a
 model's own validators (``field_validator``) are not in it, nor are formats checked
 (``date-time``, ``email``): those still run on the worker.
 
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+import jsonschema.validators
 from jsonschema import Draft202012Validator, SchemaError, ValidationError
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
@@ -65,7 +68,7 @@ def check_params(name: str, params: Any, published: PublishedSchema | None) -> N
         return
     validator = _validator(name, published.schema)
     stored = encode_payload(params, "params")  # refused here as a submit would refuse it
-    instance = {} if stored is None else decode_payload(stored)
+    instance = {} if stored is None else _as_json(decode_payload(stored))
     errors = list(validator.iter_errors(instance))
     if not errors:
         return
@@ -77,6 +80,33 @@ def check_params(name: str, params: Any, published: PublishedSchema | None) -> N
         f"{field or 'params'}: {reason}{more}",
         task=name, field=field, reason=reason,
     )  # fmt: skip
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as its JSON Schema sees it: ``bytes`` (which a model's ``bytes`` field takes,
+    published as a ``"binary"`` string) as text of the same length."""
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if isinstance(value, list):
+        return [_as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {_as_json(key): _as_json(item) for key, item in value.items()}
+    return value
+
+
+def _lax(schema: Any) -> Any:
+    """``schema`` without what pydantic's lax mode does not refuse: ``uniqueItems`` (a
+    ``set`` field takes ``[1, 1]`` and keeps one)."""
+    if isinstance(schema, list):
+        return [_lax(item) for item in schema]
+    if isinstance(schema, dict):
+        return {key: _lax(item) for key, item in schema.items() if key != "uniqueItems"}
+    return schema
+
+
+def _number_or_bool(checker: Any, instance: Any, kind: str) -> bool:
+    """pydantic's lax mode takes ``True``/``False`` for an ``int`` or ``float`` field."""
+    return isinstance(instance, bool) or Draft202012Validator.TYPE_CHECKER.is_type(instance, kind)
 
 
 def _field(error: ValidationError) -> str | None:
@@ -99,4 +129,9 @@ def _validator(name: str, text: str) -> Validator:
     except (ValueError, SchemaError) as exc:
         raise CorruptRecord(f"task schema {name!r}", None,
                             f"not a JSON Schema: {str(exc).splitlines()[0]}") from None  # fmt: skip
-    return cls(schema)
+    checker = cls.TYPE_CHECKER.redefine_many({
+        "integer": lambda c, v: _number_or_bool(c, v, "integer"),
+        "number": lambda c, v: _number_or_bool(c, v, "number"),
+    })  # fmt: skip
+    lax = jsonschema.validators.extend(cls, type_checker=checker)
+    return lax(_lax(schema))

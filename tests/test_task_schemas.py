@@ -114,6 +114,7 @@ def test_submit_many_and_a_workflow_check_every_set_before_writing_any(
     with pytest.raises(InvalidParams) as caught:
         client.submit_many("echo", [{"x": 1}, {"x": 2}, {"x": "three"}, {"x": 4}])
     assert caught.value.field == "x"
+    assert str(caught.value).startswith("parameter set 2 of 4: "), "which set"
     flow = client.workflow()
     first = flow.add("free", {"any": "thing"})
     flow.add("echo", {"x": 1, "size": {"width": "w"}}, after=[first])

@@ -42,8 +42,8 @@ from chongming_redis.client.effects import (
     adrive,
     drive,
 )
-from chongming_redis.client.params_check import SchemaCache, check_params
-from chongming_redis.errors import InvalidParams, StoreError, UniqueTaken
+from chongming_redis.client.params_check import SchemaCache, check_sets
+from chongming_redis.errors import StoreError, UniqueTaken
 from chongming_redis.limits import BoundLimit
 from chongming_redis.model import (
     Command,
@@ -167,16 +167,7 @@ class ClientFlows:
         if not self._schemas.fresh(name):
             found = yield TaskSchemas((name,))
             self._schemas.update(name, None if found is None else found.get(name))
-        sets = list(params)
-        for index, one in enumerate(sets):
-            try:
-                check_params(name, one, self._schemas.get(name))
-            except InvalidParams as exc:
-                if len(sets) == 1:
-                    raise
-                raise InvalidParams(f"parameter set {index} of {len(sets)}: {exc}",
-                                    task=exc.task, field=exc.field,
-                                    reason=exc.reason) from None  # fmt: skip
+        check_sets(name, list(params), self._schemas.get(name))
 
     def _limits_flow(self, name: str, task_type: TaskType | None) -> Flow[tuple[BoundLimit, ...]]:
         """The limits a task of ``name`` is submitted under when no ``TaskType`` is known: the

@@ -61,6 +61,19 @@ class SchemaCache:
         return None if entry is None else entry[1]
 
 
+def check_sets(name: str, sets: list[Any], published: PublishedSchema | None) -> None:
+    """``check_params`` of each parameter set, the first refused one named when there are
+    several (``submit_many``: "parameter set 2 of 4: ...")."""
+    for index, params in enumerate(sets):
+        try:
+            check_params(name, params, published)
+        except InvalidParams as exc:
+            if len(sets) == 1:
+                raise
+            raise InvalidParams(f"parameter set {index} of {len(sets)}: {exc}", task=exc.task,
+                                field=exc.field, reason=exc.reason) from None  # fmt: skip
+
+
 def check_params(name: str, params: Any, published: PublishedSchema | None) -> None:
     """``InvalidParams`` unless ``params`` validate against ``published`` (``None``: any
     value); ``TypeError``/``ValueError`` for a value no store keeps, as a submit would."""

@@ -42,17 +42,23 @@ class StandIn:
     """What ``commit_finished`` uses of a runner: its queue, the wait, the running slots; it
     records each batch instead of writing it."""
 
-    def __init__(self, linger: float, running: int) -> None:
+    def __init__(self, linger: float, running: int, turn_free: bool = True) -> None:
         self.commits: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.batches: list[list[str]] = []
-        self._linger, self._running = linger, running
+        self.starts: list[Any] = []  # what each flush_many was asked to start
+        self._linger, self._running, self._turn_free = linger, running, turn_free
         self.writer = self
         self.owner = "stand-in"
         self.wake_starter = threading.Event()
+        self.in_turn = False
 
     @contextmanager
     def start_turn(self) -> Iterator[bool]:
-        yield True
+        self.in_turn = self._turn_free
+        try:
+            yield self._turn_free
+        finally:
+            self.in_turn = False
 
     def linger(self) -> float:
         return self._linger
@@ -60,11 +66,13 @@ class StandIn:
     def running(self) -> int:
         return self._running
 
-    def start_with_commit(self, freed: int) -> None:
-        return None
+    def start_with_commit(self, freed: int) -> dict[str, Any]:
+        assert self.in_turn, "the committer's start is asked for inside the start turn"
+        return {"limit": freed}
 
     def flush_many(self, batch: list[Any], start: Any = None) -> list[Any]:
         self.batches.append([held.task_id for held in batch])
+        self.starts.append(start)
         return []
 
     def took(self, seconds: float) -> None:
@@ -132,7 +140,18 @@ def test_a_worker_of_short_tasks_drains_with_the_wait_measured() -> None:
         assert len(starts) == 1
 
 
-def test_the_committers_start_takes_the_start_turn_so_a_shutdown_waits_for_it() -> None:
+def test_the_committer_starts_in_its_commit_call_only_while_it_holds_the_start_turn() -> None:
+    """The turn free: the commit call carries the start of the freed slots. The starter's call
+    under way: the batch is committed alone and the starter is woken to fill the slots."""
+    free = StandIn(linger=0.0, running=0)
+    assert run_committer(free, late=0.3) == [["first"], ["second"]]
+    assert free.starts == [{"limit": 1}, {"limit": 1}]
+    busy = StandIn(linger=0.0, running=0, turn_free=False)
+    assert run_committer(busy, late=0.3) == [["first"], ["second"]]
+    assert busy.starts == [None, None] and busy.wake_starter.is_set()
+
+
+def test_the_start_turn_is_one_at_a_time_and_a_shutdown_waits_for_it() -> None:
     """A shutdown hands back what was started before it, after ``wait_for_start``: a start
     the committer sends in its commit call holds the same turn, so none lands after."""
     runner = runner_with(None, None)

@@ -81,6 +81,7 @@ class RedisNotifier:
 
     def _listen(self) -> None:
         subscribed: set[str] = set()
+        deaf = False  # a connection was lost: nudges sent since then never reached us
         while not self._closed.is_set():
             try:
                 if self._pubsub is None:
@@ -90,6 +91,11 @@ class RedisNotifier:
                 if missing:
                     self._pubsub.subscribe(*missing)
                     subscribed |= missing
+                if deaf:  # listening again: wake every listener once, for what it missed
+                    deaf = False
+                    for events in self._events.values():
+                        for event in events:
+                            event.set()
                 if not set(self._events) - subscribed:  # none added meanwhile
                     self._listening.set()
                 # Short: a topic subscribed while this call blocks is only sent to the server
@@ -100,6 +106,7 @@ class RedisNotifier:
                         event.set()
             except Exception as exc:  # reconnect after a blip; polling covers the gap
                 log.debug("nudge listener: %s", exc)
+                deaf = True
                 self._reset()
                 self._closed.wait(0.5)
 

@@ -42,8 +42,9 @@ def hello_supports_flags(hello: Any) -> bool:
     ``AsyncRedisTaskStore`` with its own client)."""
     info = dict(zip(hello[::2], hello[1::2])) if isinstance(hello, list) else hello
     since = SCRIPT_FLAGS_SINCE.get(_text(info.get(b"server", b"")))
-    version = _text(info.get(b"version", b"0"))
-    return since is not None and int(version.split(".")[0]) >= since
+    major = _text(info.get(b"version", b"0")).split(".")[0]
+    # A version that is not a number (a fork's own scheme) gets the legacy scripts: safe.
+    return since is not None and major.isdigit() and int(major) >= since
 
 
 def check_server_settings(client: redis.Redis) -> list[str]:

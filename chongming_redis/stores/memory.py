@@ -14,7 +14,7 @@ here too. Single process only.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,7 +23,6 @@ from chongming_redis.errors import (
     CommandNotFound,
     ConcurrencyConflict,
     StoreClosed,
-    StoreError,
     TaskAlreadyExists,
 )
 from chongming_redis.model import (
@@ -35,10 +34,10 @@ from chongming_redis.model import (
     TaskSnapshot,
     TaskStatus,
     Transition,
-    start_rank,
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
+from chongming_redis.stores._memory_batching import KEPT_ON_SAVE, MemoryBatching
 from chongming_redis.stores._memory_commit_start import MemoryCommitStart
 from chongming_redis.stores._memory_dependencies import MemoryDependencies
 from chongming_redis.stores._memory_limits import MemoryLimits
@@ -47,8 +46,6 @@ from chongming_redis.stores._memory_reads import MemoryReads
 from chongming_redis.stores._memory_schedules import MemorySchedules
 from chongming_redis.stores._memory_task_schemas import MemoryTaskSchemas
 from chongming_redis.stores.codec import (
-    LEASE_COLUMNS,
-    PARENT_COLUMNS,
     Row,
     command_to_row,
     encode_dt,
@@ -61,14 +58,10 @@ from chongming_redis.stores.codec import (
 )
 from chongming_redis.validation import check_identifier, check_int
 
-#: What a save keeps of the stored row: the lease (``touch`` writes it) and the parents (fixed
-#: at creation, ``DependenciesStore``).
-KEPT_ON_SAVE = (*LEASE_COLUMNS, *PARENT_COLUMNS)
-
 
 class InMemoryTaskStore(
     MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules, MemoryDependencies,
-    MemoryTaskSchemas, MemoryCommitStart,
+    MemoryTaskSchemas, MemoryBatching, MemoryCommitStart,
 ):  # fmt: skip
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 
@@ -201,107 +194,7 @@ class InMemoryTaskStore(
             row.update(changes)
             return True
 
-    # -- runtime extensions: batched commits and starts (one critical section each) ---------
-
-    def commit_tasks(
-        self, items: Sequence[tuple[TaskSnapshot, int | None, Sequence[Transition]]]
-    ) -> list[StoreError | None]:
-        """Create or save each task with its history, each item atomically; a failed item
-        writes nothing (see ``BatchingStore.commit_tasks``)."""
-        prepared = [
-            (snapshot_to_row(task), expect, [transition_to_row(t) for t in entries])
-            for task, expect, entries in check.check_commit_items(items)
-        ]
-        with self._open():
-            # Every item's version is judged against the state before the call, as the Redis
-            # script does (a task appears once per call, so that is the state when the item is
-            # applied, unless a release by an earlier item moved it: then it conflicts); its
-            # unique id and its parents as the items before it were applied (in order).
-            results: list[StoreError | None] = []
-            for row, expect, entries in prepared:
-                task_id = str(row["task_id"])
-                current = self._tasks.get(task_id)
-                error = (self._commit_error(row, expect) or self._commit_unique_error(row, current)
-                         or self._dependency_error(row, current))  # fmt: skip
-                results.append(error)
-                if error is not None:
-                    continue
-                if current is not None:  # a save never writes the lease or the parents
-                    for column in KEPT_ON_SAVE:
-                        row[column] = current[column]
-                self._tasks[task_id] = row
-                self._feed.move(task_id)
-                history = self._history.setdefault(task_id, {})
-                for entry in entries:
-                    history.setdefault(int(entry["version"]), entry)  # type: ignore[arg-type]
-                self._dependencies_written(task_id, current)
-            return results
-
-    def _commit_error(self, row: Row, expect: int | None) -> StoreError | None:
-        task_id = str(row["task_id"])
-        current = self._tasks.get(task_id)
-        if expect is None:
-            return TaskAlreadyExists(task_id) if current is not None else None
-        actual = None if current is None else current["status_version"]
-        if actual != expect:
-            return ConcurrencyConflict(task_id, expect, actual)  # type: ignore[arg-type]
-        return None
-
-    def _commit_unique_error(self, row: Row, current: Row | None) -> StoreError | None:
-        """An item's unique id, judged after the items before it in its call."""
-        return self._unique_error(row, current)
-
-    def start_tasks(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_until: datetime,
-        buckets: Sequence[int],
-        limit: int = 50,
-        names: Sequence[str] = (),
-    ) -> list[TaskSnapshot]:
-        """Start up to ``limit`` due ``PENDING`` tasks in start order (``model.start_rank``:
-        higher priority, then due earliest), each with its lease,
-        heartbeat and history entry (see ``BatchingStore.start_tasks``)."""
-        wanted, types = check.check_start(owner, now, lease_until, buckets, limit, names)
-        moment, until = encode_dt(now), encode_dt(lease_until)
-        in_buckets, of_types = frozenset(wanted), frozenset(types)
-        with self._open():
-            ready = [
-                row
-                for row in self._tasks.values()
-                if row["status"] == TaskStatus.PENDING.value
-                and row["bucket"] in in_buckets
-                and (not of_types or row["name"] in of_types)
-                and (row["not_before"] is None or row["not_before"] <= moment)  # type: ignore[operator]
-            ]
-            ready.sort(key=_start_rank)
-            started = []
-            # Limits are judged on the earlier of the caller's clock and this process's.
-            admitted = (
-                ready[:limit]
-                if not self._limit_defs
-                else self._admit(
-                    ready, limit, min(int(moment), encode_dt(datetime.now(timezone.utc)))
-                )
-            )
-            for row in admitted:
-                version = int(row["status_version"]) + 1  # type: ignore[arg-type]
-                row.update(status=TaskStatus.RUNNING.value, status_version=version,
-                           updated_at=moment, heartbeat_at=moment, lease_owner=owner,
-                           lease_until=until)  # fmt: skip
-                if row.get("timeout_s") is not None:  # this attempt's deadline
-                    row["deadline"] = moment + round(float(row["timeout_s"]) * 1_000_000)  # type: ignore[arg-type]
-                task_id = str(row["task_id"])
-                self._feed.move(task_id)
-                reason = f"started by {owner} (attempt {int(row['attempt'])})"  # type: ignore[arg-type]
-                entry = Transition(task_id, version, TaskStatus.PENDING, TaskStatus.RUNNING,
-                                   now, reason)  # fmt: skip
-                history = self._history.setdefault(task_id, {})
-                history.setdefault(version, transition_to_row(entry))
-                started.append(row_to_snapshot(row))
-            return started
+    # -- runtime extensions: batched commits and starts: MemoryBatching ------------------
 
     def server_time(self) -> datetime:
         """This process's clock: an in-memory store has no other."""
@@ -423,13 +316,3 @@ class _Guard:
 
     def __exit__(self, *exc: Any) -> None:
         self._store._lock.release()
-
-
-def _start_rank(row: Row) -> tuple[int, int, str]:
-    not_before = row["not_before"]
-    return start_rank(
-        int(row.get("priority") or 0),
-        int(row["created_at"]),  # type: ignore[arg-type]
-        None if not_before is None else int(not_before),
-        str(row["task_id"]),
-    )

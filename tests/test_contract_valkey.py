@@ -29,7 +29,11 @@ def flagged(store: TaskStore) -> TaskStore:
     return store
 
 
-class TestValkeyStoreContract(test_contract_redis.TestRedisStoreContract):
+class _OnValkey:
+    """The Redis bindings, on the Valkey server, each store checked to use the flagged scripts."""
+
+    server: RedisProc
+
     @pytest.fixture(autouse=True, scope="class")
     @classmethod
     def _server(cls, valkey_proc: RedisProc) -> None:
@@ -39,24 +43,16 @@ class TestValkeyStoreContract(test_contract_redis.TestRedisStoreContract):
         return flagged(super().make_store())
 
 
-class TestValkeyExtensions(test_extensions_contract.TestRedisExtensions):
-    @pytest.fixture(autouse=True, scope="class")
-    @classmethod
-    def _server(cls, valkey_proc: RedisProc) -> None:
-        cls.server = valkey_proc
-
-    def make_store(self) -> TaskStore:
-        return flagged(super().make_store())
+class TestValkeyStoreContract(_OnValkey, test_contract_redis.TestRedisStoreContract):
+    pass
 
 
-class TestValkeyFeed(test_feed_contract.TestRedisFeed):
-    @pytest.fixture(autouse=True, scope="class")
-    @classmethod
-    def _server(cls, valkey_proc: RedisProc) -> None:
-        cls.server = valkey_proc
+class TestValkeyExtensions(_OnValkey, test_extensions_contract.TestRedisExtensions):
+    pass
 
-    def make_store(self) -> TaskStore:
-        return flagged(super().make_store())
+
+class TestValkeyFeed(_OnValkey, test_feed_contract.TestRedisFeed):
+    pass
 
 
 def test_the_server_is_valkey_8_1_or_later(valkey_proc: RedisProc) -> None:

@@ -13,32 +13,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from chongming_redis import InMemoryTaskStore, TaskStatus, Transition
+from chongming_redis import TaskStatus, Transition
 from chongming_redis.model import Command, CommandKind
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.flaky_store import RecordingStore
-from tests.support.redis_server import RedisProc
 from tests.test_controller import FAST, WAIT, wait_history, wait_status, wait_until
 
 COMMAND_LEASE = 600.0  # far beyond every wait of this file
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest, namespace: str) -> Iterator[Any]:
-    if request.param == "memory":
-        yield InMemoryTaskStore()
-        return
-    server: RedisProc = request.getfixturevalue("redis_proc")
-    redis_store = RedisTaskStore.from_url(server.url, namespace=namespace)
-    yield redis_store
-    redis_store.close()
 
 
 def completions(recording: RecordingStore, command_id: str) -> list[Any]:
@@ -51,8 +35,9 @@ def completions(recording: RecordingStore, command_id: str) -> list[Any]:
 
 
 def test_a_stop_waiting_for_a_task_the_worker_lost_is_answered_before_its_lease_ends(
-    store: Any,
+    memory_or_redis_store: Any,
 ) -> None:
+    store = memory_or_redis_store
     recording = RecordingStore(store)
     worker = Controller(recording, **{**FAST, "command_lease": COMMAND_LEASE})
     asked = threading.Event()

@@ -6,39 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskSnapshot, TaskStatus
 from chongming_redis.stores import _checks as check
-from chongming_redis.stores.codec import Row
+from chongming_redis.stores._memory_batching import MemoryBatching
 from chongming_redis.stores.commit_start import CommitItem
 
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
 
-
-class MemoryCommitStart:
-    """Mixed into ``InMemoryTaskStore``."""
-
-    _tasks: dict[str, Row]
-
-    if TYPE_CHECKING:
-
-        def _open(self) -> AbstractContextManager[None]: ...
-
-        def commit_tasks(self, items: Sequence[CommitItem]) -> list[StoreError | None]: ...
-
-        def start_tasks(
-            self,
-            *,
-            owner: str,
-            now: datetime,
-            lease_until: datetime,
-            buckets: Sequence[int],
-            limit: int = 50,
-            names: Sequence[str] = (),
-        ) -> list[TaskSnapshot]: ...
+class MemoryCommitStart(MemoryBatching):
+    """Mixed into ``InMemoryTaskStore``, over its ``commit_tasks`` and ``start_tasks``."""
 
     def commit_and_start(
         self,

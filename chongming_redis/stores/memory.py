@@ -37,7 +37,7 @@ from chongming_redis.model import (
 )
 from chongming_redis.stores import _checks as check
 from chongming_redis.stores._feed import MemoryFeed, check_page_limit, parse_cursor
-from chongming_redis.stores._memory_batching import KEPT_ON_SAVE, MemoryBatching
+from chongming_redis.stores._memory_batching import KEPT_ON_SAVE
 from chongming_redis.stores._memory_commit_start import MemoryCommitStart
 from chongming_redis.stores._memory_dependencies import MemoryDependencies
 from chongming_redis.stores._memory_limits import MemoryLimits
@@ -61,7 +61,7 @@ from chongming_redis.validation import check_identifier, check_int
 
 class InMemoryTaskStore(
     MemoryReads, MemoryPolicies, MemoryLimits, MemorySchedules, MemoryDependencies,
-    MemoryTaskSchemas, MemoryBatching, MemoryCommitStart,
+    MemoryTaskSchemas, MemoryCommitStart,
 ):  # fmt: skip
     """A ``TaskStore`` in a dict, for tests, examples and single-process use."""
 

@@ -19,19 +19,15 @@ from chongming_redis.testing.contract.support import (
     at,
     counted,
     raises,
+    snapshot,
 )
 
 P, R = PENDING, RUNNING
 
 
-def task(task_id: str, status: TaskStatus = P, version: int = 1, created: float = 0.0,
-         **fields: Any) -> TaskSnapshot:  # fmt: skip
-    fields.setdefault("updated_at", at(created))
-    return TaskSnapshot(task_id, "job", status, version, at(created), **fields)
-
-
 def _running(task_id: str, version: int = 2, **fields: Any) -> TaskSnapshot:
-    return task(task_id, R, version, lease_owner="w1", lease_until=at(130), **fields)
+    return snapshot(task_id, status=R, version=version, lease_owner="w1", lease_until=at(130),
+                    **fields)  # fmt: skip
 
 
 def _end(held: TaskSnapshot, to: TaskStatus, **changes: Any) -> tuple[Any, ...]:
@@ -59,8 +55,8 @@ class CommitStartContract(ContractBase):
         if (store := self._commit_start()) is None:
             return
         done, broken = _running("done"), _running("broken")
-        self.put(done, broken, task("p-late", created=3), task("p-first", created=1),
-                 task("p-urgent", created=5, priority=9))  # fmt: skip
+        self.put(done, broken, snapshot("p-late", created=3), snapshot("p-first", created=1),
+                 snapshot("p-urgent", created=5, priority=9))  # fmt: skip
         results, started = self._call(store, [_end(done, SUCCEEDED), _end(broken, FAILED)])
         assert results == [None, None]
         assert started == ["p-urgent", "p-first"], "two ended: two started, in start order"
@@ -78,8 +74,8 @@ class CommitStartContract(ContractBase):
         and a conflicting end free nothing: nothing starts, whatever the limit."""
         if (store := self._commit_start()) is None:
             return
-        busy, queued, stale = _running("busy"), task("queued"), _running("stale", 4)
-        self.put(busy, queued, stale, task("waiting-start", created=1))
+        busy, queued, stale = _running("busy"), snapshot("queued"), _running("stale", 4)
+        self.put(busy, queued, stale, snapshot("waiting-start", created=1))
         items = [
             (busy.evolve(status_version=3, updated_at=at(90)), 2, []),
             (queued.evolve(status_version=2, priority=3, updated_at=at(90)), 1, []),
@@ -94,7 +90,7 @@ class CommitStartContract(ContractBase):
         if (store := self._commit_start()) is None:
             return
         held = [_running(f"r{i}") for i in range(3)]
-        self.put(*held, *(task(f"p{i}", created=i) for i in range(4)))
+        self.put(*held, *(snapshot(f"p{i}", created=i) for i in range(4)))
         results, started = self._call(store, [_end(h, SUCCEEDED) for h in held], limit=1)
         assert results == [None] * 3 and started == ["p0"]
         assert self.store.counts() == counted(pending=3, running=1, succeeded=3)
@@ -105,7 +101,7 @@ class CommitStartContract(ContractBase):
         if (store := self._commit_start()) is None:
             return
         retried = _running("retried", attempt=1)
-        self.put(retried, task("queued", created=1))
+        self.put(retried, snapshot("queued", created=1))
         item = _end(retried, P, priority=50, attempt=2, lease_owner=None, lease_until=None)
         results, started = self._call(store, [item], limit=1)
         assert results == [None] and started == ["retried"]
@@ -117,7 +113,7 @@ class CommitStartContract(ContractBase):
         if (store := self._commit_start()) is None:
             return
         held = _running("held")
-        self.put(held, task("queued", created=1))
+        self.put(held, snapshot("queued", created=1))
         before = (self.store.get("held"), self.store.get("queued"), self.store.counts())
         raises(TypeError, store.commit_and_start, "not a list", owner="w1", now=at(100),
                lease_until=at(130), buckets=[0])  # fmt: skip

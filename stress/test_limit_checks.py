@@ -44,12 +44,12 @@ def _limited(task: str, *refs: str, status: TaskStatus = S) -> TaskSnapshot:
     return replace(_snap(task, 3, status), limits=refs or (REF,))
 
 
-def _began(**times: float) -> dict[tuple[str, int], float]:
+def _began(**times: float) -> dict[tuple[str, int, str], float]:
     """``task=seconds``: attempt 1 of each began at ``T0 + seconds``."""
-    return {(task, 1): EPOCH + at for task, at in times.items()}
+    return {(task, 1, "w1"): EPOCH + at for task, at in times.items()}
 
 
-def _overruns(histories: dict[str, list[Transition]], began: dict[tuple[str, int], float],
+def _overruns(histories: dict[str, list[Transition]], began: dict[tuple[str, int, str], float],
               finals: dict[str, TaskSnapshot] | None = None) -> list[str]:  # fmt: skip
     finals = finals or {t: _limited(t) for t in histories}
     result = limit_checks.check_concurrency(histories, finals, began, DEFS)
@@ -118,7 +118,7 @@ def test_an_end_lost_in_a_history_gap_is_left_out() -> None:
 
 
 Records = tuple[
-    dict[str, list[Transition]], dict[str, TaskSnapshot | None], dict[tuple[str, int], float]
+    dict[str, list[Transition]], dict[str, TaskSnapshot | None], dict[tuple[str, int, str], float]
 ]
 
 
@@ -126,11 +126,11 @@ def _rated(n: int, spacing: float, lag: float = 0.05) -> Records:
     """``n`` starts of the "pay" ref, ``spacing`` seconds apart from t=10, each function
     beginning ``lag`` after its start."""
     histories: dict[str, list[Transition]] = {}
-    began: dict[tuple[str, int], float] = {}
+    began: dict[tuple[str, int, str], float] = {}
     for i in range(n):
         task = f"r{i}"
         histories[task] = _ran(task, 10 + i * spacing, 10 + i * spacing + 0.1)
-        began[(task, 1)] = EPOCH + 10 + i * spacing + lag
+        began[(task, 1, "w1")] = EPOCH + 10 + i * spacing + lag
     finals: dict[str, TaskSnapshot | None] = {t: _limited(t, "pay") for t in histories}
     return histories, finals, began
 
@@ -158,19 +158,19 @@ def test_a_start_that_landed_after_its_starters_now_does_not_trip_the_rate_check
     13). Five start entries at 10: the entry times alone would say 5 starts in no time."""
     defs = Definitions.parse({"pay": to_json(RateLimit(1, per=1.0, burst=3))})
     histories: dict[str, list[Transition]] = {}
-    began: dict[tuple[str, int], float] = {}
+    began: dict[tuple[str, int, str], float] = {}
     for task, now, landed in [("a", 10, 10), ("b", 10, 10), ("c", 10, 10), ("q", 13, 13),
                               ("d", 10, 13.5), ("e", 10, 13.5)]:  # fmt: skip
         histories[task] = _ran(task, now, landed + 1)
-        began[(task, 1)] = EPOCH + landed + 0.05
+        began[(task, 1, "w1")] = EPOCH + landed + 0.05
     finals = {t: _limited(t, "pay") for t in histories}
     assert limit_checks.check_rates(histories, finals, began, defs).violations == []
     # had "d" and "e" begun at once (landed at 10), 5 starts within 0.55 s: caught
-    began.update({("d", 1): EPOCH + 10.05, ("e", 1): EPOCH + 10.05})
+    began.update({("d", 1, "w1"): EPOCH + 10.05, ("e", 1, "w1"): EPOCH + 10.05})
     found = limit_checks.check_rates(histories, finals, began, defs).violations
     assert [v.kind for v in found] == ["rate_overruns"]
     # a start whose function never began proves nothing
-    del began[("d", 1)], began[("e", 1)]
+    del began[("d", 1, "w1")], began[("e", 1, "w1")]
     result = limit_checks.check_rates(histories, finals, began, defs)
     assert result.violations == [] and result.unjudged == 2
 
@@ -195,9 +195,11 @@ def test_stale_and_missing_holder_entries_are_caught() -> None:
     )
 
 
-def test_began_records_keep_the_earliest_time_of_an_attempt() -> None:
-    began = limit_checks.parse_began([b"a|1|100|500000", "a|1|101|0", "a|2|102|250"])
-    assert began == {("a", 1): 100.5, ("a", 2): pytest.approx(102.00025)}
+def test_began_records_keep_the_earliest_time_of_a_run() -> None:
+    records = [b"a|1|w1|100|500000", "a|1|w1|101|0", "a|2|w1|102|250", "a|2|w2|103|0"]
+    began = limit_checks.parse_began(records)
+    assert began == {("a", 1, "w1"): 100.5, ("a", 2, "w1"): pytest.approx(102.00025),
+                     ("a", 2, "w2"): 103.0}  # fmt: skip
 
 
 # -- stress runs ------------------------------------------------------------------------------

@@ -71,9 +71,10 @@ def test_attempts_within_the_frozen_policy_pass_and_one_more_start_is_caught() -
     four = {"a": [*_three_attempts("a"), _at("a", 10, F, P, 6, _retry(4, 3)),
                   _at("a", 11, P, R, 7, _start(4))]}  # fmt: skip
     found = pc.check_attempts(four, {"a": THREE}, default_max_attempts=3)
-    assert [v.kind for v in found] == ["attempts_exceeded"] * 2
+    assert [v.kind for v in found] == ["attempts_exceeded"] * 3
     assert "4 starts (0 handed back) with max_attempts 3" in found[0].detail
-    assert "'retry 4/3" in found[1].detail
+    assert found[1].detail == "v11 'started by w1 (attempt 4)': max_attempts 3"
+    assert "'retry 4/3" in found[2].detail
     # Without a policy of its own the workers' default applies: 2 allows only two starts.
     assert [v.kind for v in pc.check_attempts(histories, {"a": None}, 2)][:1] == [
         "attempts_exceeded"
@@ -88,15 +89,26 @@ def test_a_retry_under_another_policy_is_caught_and_hand_backs_are_not_attempts(
     found = pc.check_attempts({"a": _three_attempts("a", m=5)}, {"a": THREE}, 3)
     assert [v.kind for v in found] == ["attempts_exceeded"] * 2
     assert all("allows 3 attempts" in v.detail for v in found)
-    # Handed back at a graceful shutdown: a new attempt no policy gave, so not counted.
+    # Handed back at a graceful shutdown: the same attempt runs again, not counted.
     handed = _history("h", (R, 1, _start(1)), (P, 2, "handed back at shutdown"),
-                      (R, 3, _start(2)), (F, 4, ""), (P, 4, _retry(3, 3)),
-                      (R, 5, _start(3)), (F, 6, ""), (P, 6, _retry(4, 3)),
-                      (R, 7, _start(4)), (S, 8, ""))  # fmt: skip
-    found = pc.check_attempts({"h": handed}, {"h": THREE}, 3)
+                      (R, 3, _start(1)), (F, 4, ""), (P, 4, _retry(2, 3)),
+                      (R, 5, _start(2)), (F, 6, ""), (P, 6, _retry(3, 3)),
+                      (R, 7, _start(3)), (S, 8, ""))  # fmt: skip
+    assert pc.check_attempts({"h": handed}, {"h": THREE}, 3) == []
+    # A hand-back that used up an attempt number (counted two ways): "attempt 4" of 3.
+    numbered = _history("n", (R, 1, _start(1)), (P, 2, "handed back at shutdown"),
+                        (R, 3, _start(2)), (F, 4, ""), (P, 4, _retry(3, 3)),
+                        (R, 5, _start(3)), (F, 6, ""), (P, 6, _retry(4, 3)),
+                        (R, 7, _start(4)), (S, 8, ""))  # fmt: skip
+    found = pc.check_attempts({"n": numbered}, {"n": THREE}, 3)
     assert [v.detail for v in found] == [
-        "v9 'retry 4/3 after failed (ValueError), in 0.200s': its own policy allows 3 attempts"
-    ]  # the starts are fine (4, one handed back); the label past its M is not
+        "v10 'started by w1 (attempt 4)': max_attempts 3",
+        "v9 'retry 4/3 after failed (ValueError), in 0.200s': its own policy allows 3 attempts",
+    ]  # four starts, one handed back, are within 3; the numbers past them are not
+    # A retry by hand allows one more attempt number.
+    by_hand = _history("b", (R, 1, _start(1)), (F, 2, ""), (P, 3, "retry 2 by cli"),
+                       (R, 4, _start(2)), (S, 5, ""))  # fmt: skip
+    assert pc.check_attempts({"b": by_hand}, {"b": RetryPolicy(max_attempts=1)}, 3) == []
     assert pc.retries_by_cause({"a": _three_attempts("a")}) == {"failed (ValueError)": 1,
                                                                  "lost": 1}  # fmt: skip
 

@@ -375,23 +375,30 @@ def test_checkers_accept_a_clean_history_with_a_retry() -> None:
         checkers.check_starts(histories)
         + checkers.check_completions(histories)
         + checkers.check_cas_chain(histories, finals)
-        + checkers.check_executions(["a|1|10|x", "a|2|11|y", "a|2|11|y"], ["a|2|11|y"], histories)
+        + checkers.check_executions(["a|1|w1|x", "a|2|w2|y", "a|2|w2|y"], ["a|2|w2|y"], histories)
         + checkers.check_durability(["a"], finals)
     )
     assert found == []
 
 
-def test_duplicate_start_of_one_attempt_is_reported() -> None:
+def test_duplicate_start_of_one_attempt_is_reported_and_a_hand_back_allows_one_more() -> None:
     history = [
         *_clean()[:2],
-        _t("a", 3, R, P, "handed back"),
+        _t("a", 3, R, P, "lease of w1 released"),
         _t("a", 4, P, R, "started by w2 (attempt 1)"),
         _t("a", 5, R, S),
     ]
     found = checkers.check_starts({"a": history})
     assert [(v.kind, v.task_id) for v in found] == [("duplicate_starts", "a")]
-    assert "attempt 1 started 2 times" in found[0].detail
+    assert "attempt 1 started 2 times, handed back 0" in found[0].detail
     assert checkers.check_cas_chain({"a": history}, {"a": _snap("a", 5, S)}) == []
+    # a hand-back keeps the attempt: the next start runs it again, and only that one
+    handed = [*history[:2], _t("a", 3, R, P, "handed back at shutdown"), *history[3:]]
+    assert checkers.check_starts({"a": handed}) == []
+    twice = [*handed[:4], _t("a", 5, R, P, "lease of w2 released"),
+             _t("a", 6, P, R, "started by w3 (attempt 1)")]  # fmt: skip
+    (again,) = checkers.check_starts({"a": twice})
+    assert "attempt 1 started 3 times, handed back 1" in again.detail
 
 
 def test_two_cas_successes_from_one_expected_version_are_reported() -> None:
@@ -421,16 +428,25 @@ def test_missing_acknowledged_task_is_reported_and_nothing_else() -> None:
     assert checkers.check_durability(["a"], finals) == []
 
 
-def test_double_execution_of_one_attempt_is_reported() -> None:
+def test_double_execution_of_one_run_is_reported() -> None:
     histories = {"a": _clean()}
-    runs = ["a|1|10|x", "a|2|11|y", "a|2|12|z"]  # two processes began attempt 2
-    effects = [
-        "a|2|11|y",
-        "a|2|12|z",
-        "a|3|12|q",
-    ]  # ... both passed the fence; attempt 3 never started
+    runs = ["a|1|w1|x", "a|2|w2|y", "a|2|w2|z", "a|2|w3|q"]  # w2 began attempt 2 twice; w3
+    effects = ["a|2|w2|y", "a|2|w2|z", "a|3|w2|r"]  # both passed the fence; 3 never started
     found = checkers.check_executions(runs, effects, histories)
-    assert checkers.count(found) == {"double_claims": 1, "duplicate_executions": 2}
+    assert checkers.count(found) == {"double_claims": 3, "duplicate_executions": 2}
+    assert sorted(v.detail for v in found if v.kind == "double_claims") == [
+        "attempt 2 began on 2 workers, handed back 0: ['w2', 'w3']",
+        "attempt 2 began on w3, which the history never started",
+        "attempt 2 on w2 began 2 times: ['y', 'z']",
+    ]
+    # a hand-back's next run of the same attempt, on another worker, is its own run
+    handed = [*_clean(), _t("a", 7, R, P, "handed back at shutdown")]
+    handed[5] = _t("a", 6, R, P, "handed back at shutdown")
+    handed[6] = _t("a", 7, P, R, "started by w3 (attempt 2)")
+    runs = ["a|1|w1|x", "a|2|w2|y", "a|2|w3|z"]
+    assert checkers.check_executions(runs, ["a|2|w2|y", "a|2|w3|z"], {"a": handed}) == []
+    # a task whose history is gone is judged on the counts alone
+    assert checkers.check_executions(["a|2|w9|y"], [], {}, unknown={"a"}) == []
 
 
 def test_history_gap_and_entry_without_transition() -> None:

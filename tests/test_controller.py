@@ -941,8 +941,9 @@ def test_shutdown_hands_back_a_task_that_outlives_the_grace_period(
 
     after = store.get(task_id)
     if hand_back == "requeue":
-        assert (after.status, after.attempt, after.status_version) == (P, 2, 3)
-        assert after.progress is None  # the next attempt starts from nothing, not from 30 %
+        # A hand-back keeps the attempt: it is not a try that went wrong.
+        assert (after.status, after.attempt, after.status_version) == (P, 1, 3)
+        assert after.progress is None  # it runs again from nothing, not from 30 %
     else:
         assert (after.status, after.attempt, after.status_version) == (STOPPED, 1, 3)
     assert moves(wait_history(store, task_id, 3)) == chain(P, R, after.status)
@@ -1047,7 +1048,7 @@ def test_a_paused_task_handed_back_at_shutdown_stays_paused_until_resumed(
     first.shutdown(grace=0.2)  # requeue: the default hand-back
 
     handed = store.get(task_id)
-    assert handed.status is PA and handed.attempt == 2
+    assert handed.status is PA and handed.attempt == 1  # a hand-back keeps the attempt
     second = make(owner="second")
     second.task("tick")(ticker([0], gate))
     second.start()
@@ -1055,7 +1056,7 @@ def test_a_paused_task_handed_back_at_shutdown_stays_paused_until_resumed(
     assert second.reconcile().lost == []
     assert second.resume(task_id).startswith("sent:")  # nobody holds it: a command
     running = wait_status(store, task_id, R)
-    assert running.attempt == 2 and running.lease_owner == "second"
+    assert running.attempt == 1 and running.lease_owner == "second"
     reasons = [t.reason or "" for t in store.history(task_id)]
     assert any("handed back paused" in r for r in reasons), reasons
 

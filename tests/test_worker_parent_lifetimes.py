@@ -118,7 +118,7 @@ def test_a_second_ctrl_c_under_processes_hands_back_at_once(
         assert "handing running tasks back now" in err
         assert handed_back(store, task_id)
         # Logged for what it is (before: "ERROR ... lost" while the task was PENDING).
-        assert f"task {task_id} work handed back at shutdown: attempt 2 next (pending)" in err
+        assert f"task {task_id} work handed back at shutdown: attempt 1 runs again (pending)" in err
         assert f"task {task_id} work lost" not in err
     finally:
         if parent.poll() is None:

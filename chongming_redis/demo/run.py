@@ -257,15 +257,18 @@ def bucket_table(store: PoolStore, title: str) -> Table:
 
 def audit(history: list[Transition]) -> tuple[int, str | None]:
     """``(starts in the busiest attempt, the worker of the last start)``: one start per
-    attempt is the exactly-once promise."""
+    attempt is the exactly-once promise (a hand-back keeps the attempt, so the start after it
+    runs the same attempt again and is not counted twice)."""
     starts: Counter[str] = Counter()
-    last = None
+    last, attempt = None, ""
     for entry in history:
+        reason = entry.reason or ""
         if entry.to_status is TaskStatus.RUNNING and entry.from_status is TaskStatus.PENDING:
-            reason = entry.reason or ""
             attempt = reason.rsplit("attempt ", 1)[-1].rstrip(")")
             starts[attempt] += 1
             last = reason.split("started by ", 1)[-1].split(" (", 1)[0]
+        elif reason.startswith("handed back"):
+            starts[attempt] -= 1
     return max(starts.values(), default=0), last
 
 

@@ -53,12 +53,14 @@ class TaskLog:
 
 
 def handed_back(held: Held, why: str) -> None:
-    """``task <id> <name> handed back at shutdown: attempt 2 next`` (INFO), written when the
-    hand-back is (the process may exit before the task's thread notices it)."""
+    """``task <id> <name> handed back at shutdown: attempt 2 runs again (pending)`` (INFO),
+    written when the hand-back is (the process may exit before the task's thread notices it).
+    A hand-back keeps the attempt (``TaskWriter.hand_back``)."""
     snapshot = held.snapshot
     if task_log.isEnabledFor(logging.INFO):
-        _emit(logging.INFO, "task %s %s handed back %s: attempt %d next (%s)", snapshot.task_id,
-              snapshot.name, why, snapshot.attempt, snapshot.status.value)  # fmt: skip
+        _emit(logging.INFO, "task %s %s handed back %s: attempt %d runs again (%s)",
+              snapshot.task_id, snapshot.name, why, snapshot.attempt,
+              snapshot.status.value)  # fmt: skip
 
 
 def _emit(level: int, message: str, *args: object) -> None:

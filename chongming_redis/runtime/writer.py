@@ -210,9 +210,11 @@ class TaskWriter:
             time.sleep(0.1)
 
     def hand_back(self, held: Held, policy: str, why: str = "at shutdown") -> None:
-        """Give a task this process will not finish back: requeue it (a new attempt) or stop
-        it. A paused task stays paused (a new attempt, not started) until someone resumes it.
-        Its thread may still run; the version bump fences every write it tries. ``why`` ends
+        """Give a task this process will not finish back: requeue it or stop it. A hand-back
+        is not a try that went wrong, so it keeps the attempt: the next start runs the same
+        attempt again (``--max-attempts`` counts only the attempts that ended, failed or were
+        found ``LOST``). A paused task stays paused until someone resumes it. Its thread may
+        still run; the version bump fences every write it tries. ``why`` ends
         the history entry's reason. It is the task's end here (``end``): a task that already
         ended (its function returned first), or was handed back already (a second signal
         racing the shutdown thread), is left as it is."""
@@ -224,11 +226,10 @@ class TaskWriter:
             if policy == "stop":
                 self._move(held, TaskStatus.STOPPED, f"stopped {why}", None, {})
             elif held.snapshot.status is TaskStatus.PAUSED:
-                self._move(held, TaskStatus.PAUSED, f"handed back paused {why}", None,
-                           {"attempt": held.snapshot.attempt + 1})  # fmt: skip
-            else:  # the next attempt starts from nothing: not the old attempt's progress
+                self._move(held, TaskStatus.PAUSED, f"handed back paused {why}", None, {})
+            else:  # the attempt runs again from nothing: not this run's progress
                 self._move(held, TaskStatus.PENDING, f"handed back {why}", None,
-                           {"attempt": held.snapshot.attempt + 1, "progress": None})  # fmt: skip
+                           {"progress": None})  # fmt: skip
         held.done = True
         if held.handed_back:
             handed_back(held, why)

@@ -4,11 +4,13 @@
 lists outside the namespace's keys, so every execution is visible independently of the task
 history:
 
-* ``stress:<ns>:runs``: ``"<task>|<attempt>|<pid>|<nonce>"``, pushed when the function begins
-  (unfenced: a record that this process began this attempt);
+* ``stress:<ns>:runs``: ``"<task>|<attempt>|<owner>|<nonce>"``, pushed when the function
+  begins (unfenced: a record that this worker began this attempt; ``owner`` is the worker's
+  lease owner, one per process, so a run is told from the same attempt's run after a
+  hand-back, which keeps the attempt);
 * ``stress:<ns>:effects``: the same record, pushed at the end by a *fenced* script that writes
   only while the task is still ``running`` in this attempt under this worker's lease
-  (the pattern the docs recommend for side effects that must happen at most once per attempt).
+  (the pattern the docs recommend for side effects that must happen at most once per run).
 
 ``nonce`` is unique per execution, so a redis-py retry of a push whose reply was lost is not
 mistaken for a second execution (the checkers count distinct nonces).
@@ -35,7 +37,7 @@ fail_until``), ``slow`` (a ``timeout``, overrun silently or at checkpoints), ``b
 retention of a few seconds); the unique submits use ``step``. So have the limits (issue 26):
 ``limited`` (``Concurrency(2, per="key")``) and ``rated`` (``RateLimit(1, per=1.0,
 burst=1)``), whose functions also record the server's ``TIME`` as they begin
-(``stress:<ns>:began``: ``<task>|<attempt>|<s>|<us>``, after the start landed:
+(``stress:<ns>:began``: ``<task>|<attempt>|<owner>|<s>|<us>``, after the start landed:
 ``limit_checks``). A fourth control, ``ignore-limits``: the workers never record the limit
 definitions (``RedisTaskStore.record_limits`` does nothing), so the store's start limits
 nothing (a ref whose limit id is not recorded limits nothing). A fifth, ``ignore-parents``: the
@@ -81,7 +83,8 @@ redis.call('RPUSH', KEYS[2], ARGV[3])
 return 1
 """
 
-# KEYS[1] runs list, KEYS[2] began list; ARGV[1] the runs record, ARGV[2] "<task>|<attempt>".
+# KEYS[1] runs list, KEYS[2] began list; ARGV[1] the runs record, ARGV[2]
+# "<task>|<attempt>|<owner>".
 TIMED_BEGIN = """
 redis.call('RPUSH', KEYS[1], ARGV[1])
 local now = redis.call('TIME')
@@ -168,12 +171,12 @@ def _began(ctx: TaskContext, timed: bool = False) -> str:
     """Push this execution's "began" record (unfenced), and with ``timed`` the server's
     ``TIME`` beside it (``began_key``) in the same script; returns the record."""
     namespace = os.environ[NS_ENV]
-    record = f"{ctx.task_id}|{ctx.attempt}|{os.getpid()}|{secrets.token_hex(6)}"
+    record = f"{ctx.task_id}|{ctx.attempt}|{ctx.owner}|{secrets.token_hex(6)}"
     client = _client()
     _record_clock(client, namespace)
     if timed:
         keys = (runs_key(namespace), began_key(namespace))
-        at = f"{ctx.task_id}|{ctx.attempt}"
+        at = f"{ctx.task_id}|{ctx.attempt}|{ctx.owner}"
         _retrying(lambda: client.eval(TIMED_BEGIN, 2, *keys, record, at))
     else:
         _retrying(lambda: client.rpush(runs_key(namespace), record))

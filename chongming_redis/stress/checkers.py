@@ -5,7 +5,7 @@ Inputs are plain data, so each checker can be unit-tested on hand-made histories
 * task histories: ``{task_id: [Transition, ...]}`` as the store returns them (written by the
   scripts atomically with every save/start: the server-side linearization per task);
 * final snapshots: ``{task_id: TaskSnapshot | None}``;
-* execution records: ``"<task>|<attempt>|<pid>|<nonce>"`` strings from the app's lists;
+* execution records: ``"<task>|<attempt>|<owner>|<nonce>"`` strings from the app's lists;
 * the driver's client log: acknowledged submits and control calls;
 * the command lease audit: ``{ns}:audit`` stream entries (``RedisTaskStore(audit=True)``),
   in stream order, which is the order the server executed the scripts in.
@@ -25,6 +25,9 @@ from typing import Any
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 
 START = re.compile(r"^started by (?P<owner>.+) \(attempt (?P<attempt>\d+)\)$")
+#: The reasons of a hand-back (``TaskWriter.hand_back``): the run ends, its attempt does not —
+#: the next start runs the same attempt again.
+HAND_BACK = "handed back"
 COMPLETIONS = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.STOPPED})
 
 
@@ -57,15 +60,40 @@ def starts_per_attempt(history: Sequence[Transition]) -> Counter[int]:
     return counts
 
 
+def hand_backs_per_attempt(history: Sequence[Transition]) -> Counter[int]:
+    """Hand-backs (``handed back ...``), counted per attempt: the attempt of the start before
+    each (a hand-back keeps the attempt, so the next start may run it again)."""
+    counts: Counter[int] = Counter()
+    attempt = -1
+    for entry in history:
+        match = START.match(entry.reason or "")
+        if match is not None:
+            attempt = int(match["attempt"])
+        elif (entry.reason or "").startswith(HAND_BACK):
+            counts[attempt] += 1
+    return counts
+
+
+def starts_per_run(history: Sequence[Transition]) -> Counter[tuple[int, str]]:
+    """Start entries per run: ``(attempt, owner) -> starts``."""
+    counts: Counter[tuple[int, str]] = Counter()
+    for entry in history:
+        match = START.match(entry.reason or "")
+        if match is not None and entry.from_status is TaskStatus.PENDING:
+            counts[(int(match["attempt"]), match["owner"])] += 1
+    return counts
+
+
 def check_starts(histories: Mapping[str, Sequence[Transition]]) -> list[Violation]:
-    """At most one start per task attempt."""
+    """At most one start per task attempt, and one more for each time it was handed back."""
     found = []
     for task_id, history in histories.items():
+        handed = hand_backs_per_attempt(history)
         for attempt, n in sorted(starts_per_attempt(history).items()):
-            if n > 1:
-                found.append(
-                    Violation("duplicate_starts", task_id, f"attempt {attempt} started {n} times")
-                )
+            if n > 1 + handed[attempt]:
+                found.append(Violation("duplicate_starts", task_id,
+                                       f"attempt {attempt} started {n} times, handed back "
+                                       f"{handed[attempt]}"))  # fmt: skip
     return found
 
 
@@ -183,14 +211,15 @@ def check_cas_chain(
     return found
 
 
-def parse_records(records: Iterable[str | bytes]) -> dict[tuple[str, int], set[str]]:
-    """``(task, attempt) -> {pid|nonce}``: distinct executions (a retried push of the same
-    record counts once)."""
-    executions: dict[tuple[str, int], set[str]] = defaultdict(set)
+def parse_records(records: Iterable[str | bytes]) -> dict[tuple[str, int, str], set[str]]:
+    """``(task, attempt, owner) -> {nonce}``: each run's distinct executions (a retried push
+    of the same record counts once). A run is one worker's start of an attempt: an attempt
+    handed back runs again, under another start."""
+    executions: dict[tuple[str, int, str], set[str]] = defaultdict(set)
     for raw in records:
         text = raw.decode() if isinstance(raw, bytes) else raw
-        task_id, attempt, pid, nonce = text.rsplit("|", 3)
-        executions[(task_id, int(attempt))].add(f"{pid}|{nonce}")
+        task_id, attempt, owner, nonce = text.rsplit("|", 3)
+        executions[(task_id, int(attempt), owner)].add(nonce)
     return executions
 
 
@@ -200,40 +229,67 @@ def check_executions(
     histories: Mapping[str, Sequence[Transition]] | None = None,
     unknown: Container[str] = (),
 ) -> list[Violation]:
-    """``double_claims``: one attempt of a task began in more than one execution;
-    ``duplicate_executions``: the fenced side effect of one attempt happened more than once,
-    or for an attempt the history never started (not judged for the tasks in ``unknown``,
-    whose history is gone: removed by their retention before anyone read it)."""
+    """Per run (a worker's start of an attempt: ``parse_records``): ``double_claims``, a run
+    that began in more than one execution, or began where the history has no such start, or
+    an attempt that began on more workers than one plus its hand-backs (``check_starts``' rule
+    judged on the app's own records: two workers both running one attempt);
+    ``duplicate_executions``, the fenced side effect of one run happened more than once, or
+    for a run the history never started. The tasks in ``unknown`` (their history is gone:
+    removed by their retention before anyone read it) are judged on the counts alone."""
     found = []
-    for (task_id, attempt), execs in sorted(parse_records(runs).items()):
+    began = parse_records(runs)
+    found += _attempts_on_many_workers(began, histories, unknown)
+    for (task_id, attempt, owner), execs in sorted(began.items()):
         if len(execs) > 1:
-            found.append(
-                Violation(
-                    "double_claims",
-                    task_id,
-                    f"attempt {attempt} began {len(execs)} times: {sorted(execs)}",
-                )
-            )
-    for (task_id, attempt), execs in sorted(parse_records(effects).items()):
+            found.append(Violation("double_claims", task_id,
+                                   f"attempt {attempt} on {owner} began {len(execs)} times: "
+                                   f"{sorted(execs)}"))  # fmt: skip
+        if _never_started(histories, unknown, task_id, attempt, owner):
+            found.append(Violation("double_claims", task_id,
+                                   f"attempt {attempt} began on {owner}, which the history "
+                                   f"never started"))  # fmt: skip
+    for (task_id, attempt, owner), execs in sorted(parse_records(effects).items()):
         if len(execs) > 1:
-            found.append(
-                Violation(
-                    "duplicate_executions",
-                    task_id,
-                    f"attempt {attempt}: fenced effect {len(execs)} times",
-                )
-            )
-        if task_id in unknown or histories is None:
-            continue
-        if starts_per_attempt(histories.get(task_id, []))[attempt] == 0:
-            found.append(
-                Violation(
-                    "duplicate_executions",
-                    task_id,
-                    f"effect of attempt {attempt}, which never started",
-                )
-            )
+            found.append(Violation("duplicate_executions", task_id,
+                                   f"attempt {attempt} on {owner}: fenced effect "
+                                   f"{len(execs)} times"))  # fmt: skip
+        if _never_started(histories, unknown, task_id, attempt, owner):
+            found.append(Violation("duplicate_executions", task_id,
+                                   f"effect of attempt {attempt} on {owner}, which the "
+                                   f"history never started"))  # fmt: skip
     return found
+
+
+def _attempts_on_many_workers(
+    began: Mapping[tuple[str, int, str], set[str]],
+    histories: Mapping[str, Sequence[Transition]] | None,
+    unknown: Container[str],
+) -> list[Violation]:
+    workers: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for task_id, attempt, owner in began:
+        workers[(task_id, attempt)].add(owner)
+    found = []
+    for (task_id, attempt), owners in sorted(workers.items()):
+        if histories is None or task_id in unknown:
+            continue
+        handed = hand_backs_per_attempt(histories.get(task_id, []))[attempt]
+        if len(owners) > 1 + handed:
+            found.append(Violation("double_claims", task_id,
+                                   f"attempt {attempt} began on {len(owners)} workers, handed "
+                                   f"back {handed}: {sorted(owners)}"))  # fmt: skip
+    return found
+
+
+def _never_started(
+    histories: Mapping[str, Sequence[Transition]] | None,
+    unknown: Container[str],
+    task_id: str,
+    attempt: int,
+    owner: str,
+) -> bool:
+    if histories is None or task_id in unknown:
+        return False
+    return starts_per_run(histories.get(task_id, []))[(attempt, owner)] == 0
 
 
 def check_durability(

@@ -75,16 +75,20 @@ class Definitions:
         return found
 
 
-def parse_began(records: Iterable[str | bytes]) -> dict[tuple[str, int], float]:
-    """``(task, attempt) -> the earliest server time its function began`` from the app's
-    ``<task>|<attempt>|<s>|<us>`` records (a retried push repeats one; a later one is a
-    looser bound)."""
-    began: dict[tuple[str, int], float] = {}
+#: A run: ``(task, attempt, owner)`` (an attempt handed back runs again under another start).
+Run = tuple[str, int, str]
+
+
+def parse_began(records: Iterable[str | bytes]) -> dict[Run, float]:
+    """``(task, attempt, owner) -> the earliest server time its function began`` from the
+    app's ``<task>|<attempt>|<owner>|<s>|<us>`` records (a retried push repeats one; a later
+    one is a looser bound)."""
+    began: dict[Run, float] = {}
     for raw in records:
         text = raw.decode() if isinstance(raw, bytes) else raw
-        task_id, attempt, seconds, micros = text.rsplit("|", 3)
+        task_id, attempt, owner, seconds, micros = text.rsplit("|", 4)
         at = int(seconds) + int(micros) / 1e6
-        key = (task_id, int(attempt))
+        key = (task_id, int(attempt), owner)
         began[key] = min(at, began.get(key, math.inf))
     return began
 
@@ -102,7 +106,7 @@ class Start:
     ended: float | None
 
 
-def starts(history: Sequence[Transition], began: Mapping[tuple[str, int], float]) -> list[Start]:
+def starts(history: Sequence[Transition], began: Mapping[Run, float]) -> list[Start]:
     """Each started attempt of one history: from its start entry to the first entry that
     leaves ``RUNNING``/``PAUSED`` (a paused task keeps its slot), read in version order; a
     version missing before that entry makes its end unknown."""
@@ -112,7 +116,7 @@ def starts(history: Sequence[Transition], began: Mapping[tuple[str, int], float]
         match = START.match(entry.reason or "")
         if entry.from_status is not TaskStatus.PENDING or entry.to_status is not TaskStatus.RUNNING:
             continue
-        attempt = int(match["attempt"]) if match else -1
+        attempt, owner = (int(match["attempt"]), match["owner"]) if match else (-1, "")
         ended: float | None = None
         previous = entry.version
         for later in entries[i + 1 :]:
@@ -124,7 +128,7 @@ def starts(history: Sequence[Transition], began: Mapping[tuple[str, int], float]
                 ended = later.at.timestamp()
                 break
         found.append(Start(entry.task_id, attempt, entry.at.timestamp(),
-                           began.get((entry.task_id, attempt)), ended))  # fmt: skip
+                           began.get((entry.task_id, attempt, owner)), ended))  # fmt: skip
     return found
 
 
@@ -154,7 +158,7 @@ def _refs_by_kind(
 def check_concurrency(
     histories: Mapping[str, Sequence[Transition]],
     finals: Mapping[str, TaskSnapshot | None],
-    began: Mapping[tuple[str, int], float],
+    began: Mapping[Run, float],
     definitions: Definitions,
     tolerance: float = CLOCKS,
     result: LimitResult | None = None,
@@ -189,7 +193,7 @@ def check_concurrency(
 def check_rates(
     histories: Mapping[str, Sequence[Transition]],
     finals: Mapping[str, TaskSnapshot | None],
-    began: Mapping[tuple[str, int], float],
+    began: Mapping[Run, float],
     definitions: Definitions,
     tolerance: float = CLOCKS,
     result: LimitResult | None = None,

@@ -29,8 +29,10 @@ from chongming_redis.stress.checkers import START, Violation
 #: ``retry 2/3 after failed (Flaky), in 0.200s`` (``TaskWriter._next_attempt``); a retry by
 #: hand (``retry 2 by <who>``) has no ``/M``.
 RETRY_LABEL = re.compile(r"^retry (?P<n>\d+)/(?P<m>\d+) after (?P<why>.+?), in ")
-#: The reasons of a hand-back (``TaskWriter.hand_back``): a new attempt the policy did not give.
+#: The reasons of a hand-back (``TaskWriter.hand_back``): the same attempt runs again.
 HAND_BACK = "handed back"
+#: A retry by hand (``submission.retried``): an attempt past the policy's, which nobody judges.
+BY_HAND = re.compile(r"^retry \d+ by ")
 HOLDING = (TaskStatus.RUNNING, TaskStatus.PAUSED)
 #: How far (seconds) two processes' readings of the server's clock may differ under the run's
 #: faults: a worker measures its offset from a ``TIME`` round trip, and a reply the proxy
@@ -60,10 +62,12 @@ def check_attempts(
 ) -> list[Violation]:
     """``attempts_exceeded``: a task started more often than its frozen policy's
     ``max_attempts`` (``policies[task]``; ``None``: the workers' default policy, whose
-    ``max_attempts`` the harness passes them), not counting the attempts its workers handed
-    back (a graceful shutdown: a new attempt no policy gave); or a retry whose label
-    (``retry N/M``) names another policy's ``M`` or an ``N`` past it. Tasks not in
-    ``policies`` (no snapshot known) are not judged."""
+    ``max_attempts`` the harness passes them), not counting the runs its workers handed back
+    (a graceful shutdown gives the same attempt back: it runs again) nor the retries by hand
+    (``retry N by <who>``: one more attempt, which no policy judges); a start whose attempt
+    number is past ``max_attempts`` (plus the retries by hand before it): an attempt counted
+    two ways; or a retry whose label (``retry N/M``) names another policy's ``M`` or an ``N``
+    past it. Tasks not in ``policies`` (no snapshot known) are not judged."""
     found = []
     for task_id, history in histories.items():
         if task_id not in policies:
@@ -72,10 +76,12 @@ def check_attempts(
         allowed = policy.max_attempts if policy is not None else default_max_attempts
         starts = sum(1 for e in history if _is_start(e))
         handed = sum(1 for e in history if (e.reason or "").startswith(HAND_BACK))
-        if starts - handed > allowed:
+        by_hand = sum(1 for e in history if BY_HAND.match(e.reason or ""))
+        if starts - handed - by_hand > allowed:
             found.append(Violation("attempts_exceeded", task_id,
                                    f"{starts} starts ({handed} handed back) with max_attempts "
                                    f"{allowed}"))  # fmt: skip
+        found += _numbers_past(task_id, history, allowed)
         for entry in history:
             match = RETRY_LABEL.match(entry.reason or "")
             if match is None:
@@ -85,6 +91,20 @@ def check_attempts(
                 found.append(Violation("attempts_exceeded", task_id,
                                        f"v{entry.version} {entry.reason!r}: its own policy "
                                        f"allows {allowed} attempts"))  # fmt: skip
+    return found
+
+
+def _numbers_past(task_id: str, history: Sequence[Transition], allowed: int) -> list[Violation]:
+    """A start numbered past ``allowed`` attempts (a retry by hand allows one more)."""
+    found, by_hand = [], 0
+    for entry in history:
+        by_hand += bool(BY_HAND.match(entry.reason or ""))
+        match = START.match(entry.reason or "")
+        if match is not None and int(match["attempt"]) > allowed + by_hand:
+            hand = f" and {by_hand} retries by hand" if by_hand else ""
+            found.append(Violation("attempts_exceeded", task_id,
+                                   f"v{entry.version} {entry.reason!r}: max_attempts "
+                                   f"{allowed}{hand}"))  # fmt: skip
     return found
 
 

@@ -1,58 +1,58 @@
 """chongming-redis: a Redis-backed distributed worker framework.
 
-The names below are the public API. ``RedisTaskStore``, ``SqliteTaskStore`` (and the runtime)
-are imported lazily, so a user of the protocol alone does not import redis-py or sqlite3.
+The names below are the public API. Each is imported lazily, at its first use (``_LAZY``): a
+user of the protocol alone does not import redis-py or sqlite3, and a worker imports neither
+the in-memory store nor the producer client.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from chongming_redis.errors import (
-    CommandAlreadyExists,
-    CommandNotFound,
-    ConcurrencyConflict,
-    CorruptRecord,
-    InvalidCursor,
-    ParentNotFound,
-    ScheduleConflict,
-    ScheduleNotFound,
-    StoreClosed,
-    StoreError,
-    StoreUnavailable,
-    TaskAlreadyExists,
-    UniqueTaken,
-    WaitingMove,
-)
-from chongming_redis.limits import Concurrency, LimitConflict, LimitKeyError, RateLimit
-from chongming_redis.model import (
-    ChangePage,
-    Command,
-    CommandBacklog,
-    CommandKind,
-    Failure,
-    FeedStats,
-    Progress,
-    TaskQuery,
-    TaskSnapshot,
-    TaskStatus,
-    Tombstone,
-    Transition,
-)
-from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
-from chongming_redis.policy import NonRetryable, RetryPolicy, TaskTimeout
-from chongming_redis.stores.memory import InMemoryTaskStore
-
 if TYPE_CHECKING:
     from chongming_redis.client.client import Client
     from chongming_redis.client.client_async import AsyncClient
     from chongming_redis.client.flows import CommandTimeout, TaskNotFinished, TaskNotFound
     from chongming_redis.client.workflows import Node, Workflow
+    from chongming_redis.errors import (
+        CommandAlreadyExists,
+        CommandNotFound,
+        ConcurrencyConflict,
+        CorruptRecord,
+        InvalidCursor,
+        ParentNotFound,
+        ScheduleConflict,
+        ScheduleNotFound,
+        StoreClosed,
+        StoreError,
+        StoreUnavailable,
+        TaskAlreadyExists,
+        UniqueTaken,
+        WaitingMove,
+    )
+    from chongming_redis.limits import Concurrency, LimitConflict, LimitKeyError, RateLimit
+    from chongming_redis.model import (
+        ChangePage,
+        Command,
+        CommandBacklog,
+        CommandKind,
+        Failure,
+        FeedStats,
+        Progress,
+        TaskQuery,
+        TaskSnapshot,
+        TaskStatus,
+        Tombstone,
+        Transition,
+    )
+    from chongming_redis.outcomes import TaskFailed, TaskLost, TaskOutcome, TaskStopped
+    from chongming_redis.policy import NonRetryable, RetryPolicy, TaskTimeout
     from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
     from chongming_redis.runtime.buckets import BucketPolicy
     from chongming_redis.runtime.context import TaskContext
     from chongming_redis.runtime.controller import Controller
     from chongming_redis.schedules import Overlap, Schedule, ScheduleError
+    from chongming_redis.stores.memory import InMemoryTaskStore
     from chongming_redis.stores.postgres import PostgresTaskStore
     from chongming_redis.stores.redis import RedisTaskStore
     from chongming_redis.stores.sqlite import SqliteTaskStore
@@ -117,7 +117,54 @@ __all__ = [
     "Workflow",
 ]
 
+#: Every name's module, imported at the name's first use (``__getattr__``): ``import
+#: chongming_redis`` (as every submodule's import does first) then costs nothing, so a worker
+#: loads the modules it runs and no more (the in-memory store, for one, is for tests).
 _LAZY = {
+    **dict.fromkeys(
+        (
+            "CommandAlreadyExists",
+            "CommandNotFound",
+            "ConcurrencyConflict",
+            "CorruptRecord",
+            "InvalidCursor",
+            "ParentNotFound",
+            "ScheduleConflict",
+            "ScheduleNotFound",
+            "StoreClosed",
+            "StoreError",
+            "StoreUnavailable",
+            "TaskAlreadyExists",
+            "UniqueTaken",
+            "WaitingMove",
+        ),
+        "chongming_redis.errors",
+    ),
+    **dict.fromkeys(
+        ("Concurrency", "LimitConflict", "LimitKeyError", "RateLimit"), "chongming_redis.limits"
+    ),
+    **dict.fromkeys(
+        (
+            "ChangePage",
+            "Command",
+            "CommandBacklog",
+            "CommandKind",
+            "Failure",
+            "FeedStats",
+            "Progress",
+            "TaskQuery",
+            "TaskSnapshot",
+            "TaskStatus",
+            "Tombstone",
+            "Transition",
+        ),
+        "chongming_redis.model",
+    ),
+    **dict.fromkeys(
+        ("TaskFailed", "TaskLost", "TaskOutcome", "TaskStopped"), "chongming_redis.outcomes"
+    ),
+    **dict.fromkeys(("NonRetryable", "RetryPolicy", "TaskTimeout"), "chongming_redis.policy"),
+    "InMemoryTaskStore": "chongming_redis.stores.memory",
     "TaskContext": "chongming_redis.runtime.context",
     "App": "chongming_redis.runtime.app",
     "Client": "chongming_redis.client.client",
@@ -147,4 +194,10 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'chongming_redis' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next use is a plain attribute: no second look-up here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

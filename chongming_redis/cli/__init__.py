@@ -8,6 +8,23 @@
 parent of ``worker --processes N``, ``log_writer.py`` its children's log lines.
 """
 
-from chongming_redis.cli.root import app, main
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chongming_redis.cli.root import main
+
+if TYPE_CHECKING:
+    from chongming_redis.cli.root import app
 
 __all__ = ["app", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` (every command) is built at its first use: ``main`` builds only the command it
+    runs (``root.py``)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from chongming_redis.cli import root
+
+    return root.app

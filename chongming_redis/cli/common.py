@@ -15,8 +15,6 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from chongming_redis.cli.log_writer import one_line
 from chongming_redis.embedded.redis_server import EmbeddedRedisError
@@ -27,10 +25,32 @@ from chongming_redis.runtime.app import App, InvalidParams, UnknownTask
 from chongming_redis.stores.urls import shown_url
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from chongming_redis.policy import RetryPolicy
 
-console = Console()
-err = Console(stderr=True)
+    console: Console  # stdout; ``__getattr__`` makes it
+    err: Console  # stderr
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` (stdout) and ``err`` (stderr), made at their first use: rich costs ~20 ms
+    to import, and a worker's start prints nothing with it."""
+    if name not in ("console", "err"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _console(name)
+
+
+def _console(name: str) -> Console:
+    """The console ``name`` (``console`` or ``err``), made once (the first one made wins a race
+    between threads)."""
+    if name not in globals():
+        from rich.console import Console
+
+        globals().setdefault(name, Console(stderr=name == "err"))
+    made: Console = globals()[name]
+    return made
+
 
 #: The width of tables written to a pipe or a file, or with ``--wide``: wide enough that no
 #: column (a task id above all) is ever cut or wrapped.
@@ -132,10 +152,12 @@ def say_error(message: str) -> None:
     """``error: message`` on one line of stderr; the message is plain text, never markup.
     A line break in it (a driver's error quoted: libpq's have them) becomes a space."""
     # soft_wrap: one line whatever the width (rich wraps at 80 columns when not on a terminal)
+    from rich.text import Text
+
     with LAST_WORD:
         ERRORED.set()
-        err.print(Text("error:", style="red") + Text(f" {one_line(message)}"), highlight=False,
-                  soft_wrap=True)  # fmt: skip
+        line = Text("error:", style="red") + Text(f" {one_line(message)}")
+        _console("err").print(line, highlight=False, soft_wrap=True)
 
 
 @contextmanager
@@ -262,8 +284,10 @@ def out(*, wide: bool = False) -> Console:
     """The console for tables on stdout: the terminal's width on a terminal, unless ``wide``;
     unlimited in a pipe or file, so that ids are never cut there."""
     if wide or not isatty(sys.stdout):
+        from rich.console import Console
+
         return Console(width=UNLIMITED)
-    return console
+    return _console("console")
 
 
 def isatty(stream: Any) -> bool:
@@ -303,7 +327,7 @@ def progress(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     bar = Progress("{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=to or err, transient=True, redirect_stderr=False,
+                   console=to or _console("err"), transient=True, redirect_stderr=False,
                    redirect_stdout=isatty(sys.stdout))  # fmt: skip
     with bar:
         task = bar.add_task(description, total=total)

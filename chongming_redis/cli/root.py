@@ -8,26 +8,46 @@ print tables for people (``cli/render.py``) and take ``--json`` for scripts
 (``cli/json_output.py`` documents the keys).
 
 The commands live one module per concern (``worker``, ``submit``, ``read``, ``control``,
-``tools``, ``dashboard``); each ends in ``register(app)`` (``cli/registry.py``), called below in
-the order ``--help`` lists them.
+``tools``, ``dashboard``); each ends in ``register(app)`` (``cli/registry.py``), called in the
+order ``--help`` lists them. ``main`` imports only the module of the command it runs
+(``COMMAND_MODULES``): a worker starts without the other commands' modules (nor rich, which
+they print with) and without typer building their ~30 click commands: ~75 ms of a cold start.
+``app``, every command, is built at its first use.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from chongming_redis.cli import control, dashboard, read, schedules, submit, tools, worker
-from chongming_redis.cli.common import console, err, say_error
+from chongming_redis.cli.common import say_error
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+if TYPE_CHECKING:
+    app: typer.Typer  # every command (``__getattr__``)
+
+#: Each command module, in the order they are registered, with the commands it registers
+#: (``tests/test_cli_lazy.py`` checks the names against the modules).
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "worker": ("worker",),
+    "submit": ("submit",),
+    "read": ("tasks", "show", "stats", "limits", "reconcile", "changes"),
+    "control": ("stop", "pause", "resume", "retry", "result", "wait", "prune"),
+    "schedules": ("schedules",),
+    "tools": ("demo", "stress"),
+    "dashboard": ("dashboard",),
+}
+_MODULE_OF = {name: module for module, names in COMMAND_MODULES.items() for name in names}
 
 
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
+
+        from chongming_redis.cli.common import console
 
         try:
             console.print(f"chongming-redis {version('chongming-redis')}", highlight=False)
@@ -36,11 +56,13 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback(
-    epilog="Example: export CHONGMING_REDIS_URL=redis://127.0.0.1:6379/0; "
+EPILOG = (
+    "Example: export CHONGMING_REDIS_URL=redis://127.0.0.1:6379/0; "
     "chongming-redis worker tasks:app; chongming-redis submit tasks:app resize --count 10; "
     "chongming-redis tasks --status running"
 )
+
+
 def root(
     version: Annotated[
         bool,
@@ -52,8 +74,32 @@ def root(
     in SQLite or PostgreSQL)."""
 
 
-for _module in (worker, submit, read, control, schedules, tools, dashboard):
-    _module.register(app)
+def build_app(modules: Iterable[str] = COMMAND_MODULES) -> typer.Typer:
+    """The root app with the commands of ``modules`` (names in ``COMMAND_MODULES``)."""
+    built = typer.Typer(no_args_is_help=True, add_completion=False,
+                        pretty_exceptions_enable=False)  # fmt: skip
+    built.callback(epilog=EPILOG)(root)
+    for module in modules:
+        importlib.import_module(f"chongming_redis.cli.{module}").register(built)
+    return built
+
+
+def __getattr__(name: str) -> Any:
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()["app"] = built = build_app()
+    return built
+
+
+def app_for(args: list[str]) -> typer.Typer:
+    """The app ``main`` runs for ``args``: the named command's module alone, or every command
+    (no command, an unknown one: the help and click's suggestions list them all). The root's
+    options are flags (``--version``, ``--help``): the first other argument names the
+    command."""
+    command = next((arg for arg in args if not arg.startswith("-")), None)
+    module = _MODULE_OF.get(command or "")
+    return build_app([module]) if module is not None else build_app()
+
 
 #: click's exception root, as the installed typer uses it (typer >= 0.24 bundles its own click).
 _CLICK_ERROR: type[Exception] = next(
@@ -65,8 +111,10 @@ def main() -> None:
     """The entry point: a usage mistake (a bad option value, a missing argument) is one line
     ``error: ...`` and exit status 1, like every other user mistake."""
     try:
-        code = app(standalone_mode=False)
+        code = app_for(sys.argv[1:])(standalone_mode=False)
     except typer.Abort:
+        from chongming_redis.cli.common import err
+
         err.print("aborted", highlight=False)
         sys.exit(130)
     except _CLICK_ERROR as exc:

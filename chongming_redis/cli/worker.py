@@ -32,7 +32,6 @@ from chongming_redis.cli.common import (
     RetryBackoffOpt,
     StoreOpt,
     UserError,
-    err,
     load_app,
     open_store,
     retry_policy,
@@ -124,8 +123,9 @@ def say_ctrl_c_once_handled(timeout: float = 60.0) -> None:
                 return
             time.sleep(0.01)
         with LAST_WORD:  # never after an error: that stays the last line
-            if not ERRORED.is_set():
-                err.print(CTRL_C, highlight=False, soft_wrap=True)
+            if not ERRORED.is_set():  # plain: rich (~20 ms to import) would race the first task
+                sys.stderr.write(CTRL_C + "\n")
+                sys.stderr.flush()
 
     threading.Thread(target=wait, name="ctrl-c-hint", daemon=True).start()
 
@@ -269,6 +269,8 @@ def _store_module(options: WorkerOptions) -> str:
 def _say(line: str) -> None:
     """A line of the ``--processes`` parent: printed, not logged (a log line would start the
     log writer's thread in the parent before it forks)."""
+    from chongming_redis.cli.common import err
+
     err.print(line, highlight=False, soft_wrap=True)
 
 

@@ -15,8 +15,6 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
 from pydantic.errors import PydanticUserError
 
 from chongming_redis.errors import StoreError
@@ -33,6 +31,11 @@ def schema_of(task_type: TaskType) -> str:
     """The JSON text ``task_type`` publishes: its model's JSON Schema, else ``ANY_VALUE``."""
     if task_type.params_model is None:
         return ANY_VALUE
+    # Here, not at the top: jsonschema (about 30 ms to import) checks models only, and a worker
+    # whose types have none starts without it.
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
     try:
         schema = task_type.params_model.model_json_schema()
         validator_for(schema).check_schema(schema)  # what a producer will compile

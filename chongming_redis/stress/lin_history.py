@@ -1,5 +1,7 @@
 """From the operation logs (``stress/oplog.py``) to per-task histories, checked for
-linearizability against the task model (``stress/lin_model.py``): the report's
+linearizability against the task model (``stress/lin_model.py``), and per-command histories of
+the control commands against the command model (``stress/lin_commands.py``, which also builds
+them, attributes unknown claims and Redis's lease hand-backs): the report's
 ``linearizability`` section.
 
 Each recorded call becomes one operation per task it names (a batch's items are atomic per item:
@@ -28,13 +30,15 @@ import json
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress import linearizability as lin
+from chongming_redis.stress.lin_commands import METHODS as COMMAND_METHODS
+from chongming_redis.stress.lin_commands import CommandHistories, check_commands
 from chongming_redis.stress.lin_model import (
     ABSENT,
     OK,
@@ -128,6 +132,8 @@ class Histories:
     #: invoke times of the calls that may have removed tasks no result names: ``prune``
     #: (it returns a count) and an ``expire_finished`` whose outcome is unknown
     removers: list[int] = dataclasses.field(default_factory=list)
+    #: the control commands' histories, per command id (never mixed with the tasks')
+    commands: CommandHistories = dataclasses.field(default_factory=CommandHistories)
 
 
 def _outcome(result: Any) -> Any:
@@ -156,7 +162,9 @@ def _explode(call: Call, into: Histories) -> None:
         into.ops[task_id].append(lin.Operation(call.client, call.invoke_ns, ret, op, outcome))
 
     m = call.method
-    if m == "create" or m == "save":
+    if m in COMMAND_METHODS:
+        into.commands.add(call)
+    elif m == "create" or m == "save":
         op = Create(a["v"], a["s"], a["o"]) if m == "create" else Save(a["x"], a["v"], a["s"])
         add(a["t"], op, _outcome(call.result if call.kind == "fail" else None))
     elif m == "get" and call.kind == "ok":
@@ -259,8 +267,10 @@ def check_records(
     final_histories: Mapping[str, Sequence[Transition]] | None = None,
     final_snapshots: Mapping[str, TaskSnapshot | None] | None = None,
     *,
+    read_command: Callable[[str], Any] | None = None,
     budget: int = DEFAULT_BUDGET,
 ) -> dict[str, Any]:
+    """The report's ``linearizability`` section (keys: see ``oplog.check_dir``)."""
     began = time.perf_counter()
     found = build(logs.calls)
     violations = attribute(found, final_histories or {})
@@ -277,15 +287,17 @@ def check_records(
         elif verdict.status == "unknown":
             unknown.append({"task_id": task_id, "reason": "unknown (budget)",
                             "operations": len(found.ops[task_id])})  # fmt: skip
+    commands = check_commands(found.commands, read_command, budget=budget)
     return {
         "histories": len(found.ops),
         "operations": sum(len(ops) for ops in found.ops.values()),
-        "violations": violations,
-        "unknown": unknown,
+        "commands": {"histories": commands.histories, "operations": commands.operations},
+        "violations": violations + commands.violations,
+        "unknown": unknown + commands.unknown,
         "processes": logs.processes,
         "unclean_exits": logs.processes - logs.clean_exits,
         "unreadable_lines": logs.unreadable_lines,
         "prunes": len(found.removers),
-        "steps": steps,
+        "steps": steps + commands.steps,
         "seconds": round(time.perf_counter() - began, 3),
     }

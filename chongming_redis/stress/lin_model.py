@@ -30,14 +30,14 @@ before any I/O) write nothing and say nothing this model can check. An unknown o
 (``UNKNOWN``) applies the call's effect when its precondition holds, and nothing otherwise
 (the search also tries it never happening).
 
-Scope, honestly: ``lease_until``, heartbeats, progress, payloads and the attempt counter are
-not modelled; nor are ``query`` reads (not atomic across tasks) and the command leases (their
-own audit, ``stress/checkers.py``). What depends on other tasks is not checked per task: which
-final tasks a ``prune`` removes (``lin_history`` lets a prune remove any final task seen absent
-later), whether a release of a ``WAITING`` task followed its parents' ends
-(``stress/dependency_checks.py``), the unique ids and the limits. A check is only as complete
-as the recording: every process that writes the store must record (``stress/oplog.py``), else
-its writes look like violations.
+Scope, honestly: ``lease_until``, heartbeats, progress, payloads and the attempt counter are not
+modelled; nor are ``query`` reads (not atomic across tasks). The control commands and their
+leases are a model of their own, per command (``stress/lin_commands.py``). What depends on other
+tasks is not checked per task: which final tasks a ``prune`` removes (``lin_history`` lets a
+prune remove any final task seen absent later), whether a release of a ``WAITING`` task followed
+its parents' ends (``stress/dependency_checks.py``), the unique ids and the limits. A check is
+only as complete as the recording: every process that writes the store must record
+(``stress/oplog.py``), else its writes look like violations.
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ wraps the methods of the store classes the model covers (``RECORDED``) so each c
 
 * ``{"e": "begin", "pid": p, "t": ns}`` once per process (again in a forked child, own file);
 * ``{"e": "call", "n": k, "c": "<pid>.<thread>", "t": ns, "m": method, "a": {...}}`` before
-  the call: the arguments the model needs (task id, expected version, new version, status,
-  owner), never the payloads;
+  the call: the arguments the models need (task id, expected version, new version, status,
+  owner; for the control commands the command id, the caller's ``now``, the lease's end and
+  the outcome, as integer microseconds, and ``"sw": 1`` on a claim of a Redis store, whose
+  script hands back the leases its now ended: ``stress/lin_commands.py``), never the payloads;
 * ``{"e": "ok" | "fail" | "unknown", "n": k, "t": ns, "r": ...}`` after it: ``fail`` is a typed
-  refusal the store made atomically (a conflict, an existing id, a unique id taken, a bad
-  argument), ``unknown`` anything else (``StoreError``, a connection error, a timeout, an
-  interrupt): the write may or may not have happened;
+  refusal the store made atomically (a conflict, an existing id, a unique id taken, no such
+  command, a bad argument), ``unknown`` anything else (``StoreError``, a connection error, a
+  timeout, an interrupt): the write may or may not have happened;
 * ``{"e": "end", "t": ns}`` at a clean exit.
 
 Times are ``time.monotonic_ns()``: CLOCK_MONOTONIC is one clock for every process of the machine
@@ -43,10 +45,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from chongming_redis.errors import (
+    CommandAlreadyExists,
+    CommandNotFound,
     ConcurrencyConflict,
     ParentNotFound,
     StoreClosed,
@@ -54,7 +59,8 @@ from chongming_redis.errors import (
     UniqueTaken,
     WaitingMove,
 )
-from chongming_redis.model import TaskSnapshot, Transition
+from chongming_redis.model import Command, TaskSnapshot, Transition
+from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stress import lin_history
 
 OPLOG_ENV = "CHONGMING_STRESS_OPLOG"
@@ -115,6 +121,36 @@ def _commit_start_result(result: tuple[Any, Any]) -> dict[str, Any]:
             else _started(started)}  # fmt: skip
 
 
+def _submit_command(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    c = _arg(a, kw, 0, "command")
+    return {"k": c.command_id, "l": _us(c.lease_until), "f": _us(c.finished_at), "o": c.outcome}
+
+
+def _claim_commands(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    """The caller's ``now`` and the lease's end as the stores compute it (``check_claim``:
+    ``now + timedelta(seconds=lease_seconds)``, in microseconds)."""
+    now = kw["now"]
+    return {"w": encode_dt(now), "u": encode_dt(now + timedelta(seconds=kw["lease_seconds"]))}
+
+
+def _complete_command(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    return {"k": _arg(a, kw, 0, "command_id"), "w": encode_dt(kw["now"]), "o": kw.get("outcome")}
+
+
+def _command_state(command: Command | None) -> list[Any] | None:
+    if command is None:
+        return None
+    return [_us(command.lease_until), _us(command.finished_at), command.outcome]
+
+
+def _us(moment: datetime | None) -> int | None:
+    return None if moment is None else encode_dt(moment)
+
+
+def _command_id(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
+    return {"k": _arg(a, kw, 0, "command_id")}
+
+
 #: method -> (arguments to record, result to record, whether it writes). The arguments'
 #: positions are the protocol's (everything after the first is keyword-only).
 RECORDED: dict[str, tuple[Extract, Callable[[Any], Any], bool]] = {
@@ -131,6 +167,12 @@ RECORDED: dict[str, tuple[Extract, Callable[[Any], Any], bool]] = {
     "touch_fenced": (_touch_fenced, bool, True),
     "expire_finished": (lambda a, kw: {}, list, True),
     "prune": (lambda a, kw: {}, int, True),
+    "submit_command": (_submit_command, lambda r: None, True),
+    "claim_commands": (_claim_commands,
+                       lambda r: [[c.command_id, _us(c.lease_until)] for c in r], True),
+    "complete_command": (_complete_command, lambda r: None, True),
+    "release_command": (_command_id, lambda r: None, True),
+    "get_command": (_command_id, _command_state, False),
 }  # fmt: skip
 
 
@@ -139,8 +181,10 @@ def refusal(exc: BaseException) -> list[Any] | None:
     unknown."""
     if isinstance(exc, ConcurrencyConflict):
         return ["conflict", exc.actual]
-    if isinstance(exc, TaskAlreadyExists):
+    if isinstance(exc, (TaskAlreadyExists, CommandAlreadyExists)):
         return ["exists"]
+    if isinstance(exc, CommandNotFound):
+        return ["notfound"]
     if isinstance(exc, REFUSALS):
         return ["refused", type(exc).__name__]
     return None
@@ -227,8 +271,25 @@ def record_class(cls: type, recorder: Recorder) -> type:
         original = getattr(cls, name, None)
         if original is None or getattr(original, "__oplog__", False):
             continue
+        if name == "claim_commands" and _hands_back_ended_leases(cls):
+            spec = (_marked_sweeping(spec[0]), *spec[1:])
         setattr(cls, name, _recorded(recorder, name, original, spec))
     return cls
+
+
+def _marked_sweeping(extract: Extract) -> Extract:
+    def marked(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any] | None:
+        found = extract(a, kw)
+        return None if found is None else {**found, "sw": 1}
+
+    return marked
+
+
+def _hands_back_ended_leases(cls: type) -> bool:
+    """Whether ``cls`` claims with the Redis script, which moves every lease it finds ended by
+    its ``now`` (and does not take) back to the queue, claimable by any ``now``
+    (``lua/claim_commands.lua``; ``stress/lin_commands.py``: ``Sweep``)."""
+    return any(k.__module__ == "chongming_redis.stores.redis" for k in cls.__mro__)
 
 
 def _recorded(
@@ -245,7 +306,7 @@ def _recorded(
             return original(self, *args, **kwargs)
         try:
             recorded_args = extract(args, kwargs)
-        except (AttributeError, IndexError, KeyError, TypeError):
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError, OverflowError):
             recorded_args = None  # malformed arguments: the store refuses them before any I/O
         if recorded_args is None:
             return original(self, *args, **kwargs)
@@ -298,14 +359,20 @@ def check_dir(
     final_histories: Mapping[str, Sequence[Transition]] | None = None,
     *,
     final_snapshots: Mapping[str, TaskSnapshot | None] | None = None,
+    read_command: Callable[[str], Command | None] | None = None,
     budget: int = lin_history.DEFAULT_BUDGET,
 ) -> dict[str, Any]:
     """The report's ``linearizability`` section for the logs in ``path`` (every
     ``ops-*.jsonl``): ``{"histories", "operations", "violations", "unknown", ...}``; see
     ``lin_history.check_records``. ``final_histories`` (``store.history(task_id)`` after the
     run) attributes start and release entries no recorded ``ok`` explains; ``final_snapshots``
-    adds a last read of each task after every operation."""
+    adds a last read of each task after every operation, ``read_command`` (the store's
+    ``get_command``) one of each recorded command. The control commands are checked per command
+    (``stress/lin_commands.py``): ``report["commands"]`` counts their histories and operations,
+    and their violations and unknowns name a ``command_id`` where the tasks' name a
+    ``task_id``."""
     files = sorted(Path(path).glob("ops-*.jsonl"))
     return lin_history.check_records(
-        lin_history.read_logs(files), final_histories, final_snapshots, budget=budget
-    )
+        lin_history.read_logs(files), final_histories, final_snapshots,
+        read_command=read_command, budget=budget,
+    )  # fmt: skip

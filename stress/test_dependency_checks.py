@@ -99,3 +99,17 @@ def test_children_whose_submit_or_parents_were_not_acknowledged_are_not_judged()
     known = {"p": snap("p", S), "c": None, "orphan": snap("orphan", P)}
     found, counts = check_graphs(edges, known, {"p": parent_ok("p")})
     assert found == [] and counts["graph_children"] == 0
+
+
+def test_a_start_that_landed_late_with_an_older_time_is_judged_by_when_it_landed() -> None:
+    """A start entry's time is its starter's ``now``, read before the call: a call that waited
+    for a restarting server lands after the child's release with an older time (seen in the
+    PostgreSQL stress run). The start landed after every entry before it, so the latest of
+    their times bounds it; a start before the release is still caught."""
+    known = {"p": snap("p", S), "c": snap("c", S, ("p",)), "e": snap("e", S, ("p",))}
+    late = h("c", (None, W, 0.5, None), (W, P, 5.1, "parents ended (last: p S)"),
+             (P, R, 3.0, None), (R, S, 6.0, None))  # fmt: skip
+    early = h("e", (None, W, 0.5, None), (W, R, 3.0, None), (R, S, 6.0, None))
+    histories = {"p": parent_ok("p", end=5.0), "c": late, "e": early}
+    found, _ = check_graphs({"c": (("p",), "stop"), "e": (("p",), "stop")}, known, histories)
+    assert [(v.kind, v.task_id) for v in found] == [("early_releases", "e")]

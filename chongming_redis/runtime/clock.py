@@ -27,12 +27,21 @@ class AsyncTimeSource(Protocol):
         ...
 
 
+#: A measurement is off by up to half its round trip (the store's reading may have been taken
+#: anywhere in it). One slower than this (seconds: a call that waited for a restarting server or
+#: a free connection, seconds long on PostgreSQL) replaces only an offset measured no better,
+#: and the clock measures again ``SLOW_RETRY`` seconds later instead of ``resync``.
+SLOW_ROUND_TRIP = 0.5
+SLOW_RETRY = 1.0
+
+
 class _Offset:
     """The offset between this process's clock and the store's, and when it was measured."""
 
     def __init__(self, resync: float) -> None:
         self._resync = resync
         self._offset = timedelta(0)
+        self._error = timedelta.max  # half the round trip of the offset's measurement
         self._synced_at = -float("inf")
         self._lock = threading.Lock()
 
@@ -44,9 +53,13 @@ class _Offset:
         if server is None:  # no store clock: this process's own
             self._synced_at = time.monotonic()
             return
+        error = (after - before) / 2
+        slow = error.total_seconds() > SLOW_ROUND_TRIP / 2
         with self._lock:
-            self._offset = server - (before + (after - before) / 2)
-            self._synced_at = time.monotonic()
+            if not slow or error <= self._error:
+                self._offset = server - (before + error)
+                self._error = error
+            self._synced_at = time.monotonic() - (self._resync - SLOW_RETRY if slow else 0.0)
 
     def _read(self) -> datetime:
         return datetime.now(timezone.utc) + self._offset

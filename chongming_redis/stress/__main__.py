@@ -23,14 +23,18 @@ from redis import RedisError
 from redis.exceptions import RedisClusterException
 
 from chongming_redis.embedded.redis_server import EmbeddedRedisError
-from chongming_redis.errors import StoreError
+from chongming_redis.errors import MissingExtra, StoreError
+from chongming_redis.stores.urls import StoreUrlError, parse_store_url
 from chongming_redis.stress.harness import Options, run
 from chongming_redis.stress.namespace import StressError
 from chongming_redis.stress.report import VIOLATION_KINDS, render
+from chongming_redis.stress.sql_records import SqlRecordsError
+from chongming_redis.stress.targets import check_new_sqlite
 
 #: A run that could not start or go on (exit status 2): the namespace given holds data, no
 #: server, the server or the cluster refused or is unreachable.
-CANNOT_RUN = (StressError, EmbeddedRedisError, RedisError, RedisClusterException, StoreError)
+CANNOT_RUN = (StressError, EmbeddedRedisError, RedisError, RedisClusterException, StoreError,
+              SqlRecordsError)  # fmt: skip
 
 
 #: ``--help``'s description: plain text (the module docstring is for readers of the code).
@@ -38,7 +42,8 @@ DESCRIPTION = """\
 A stress run against a real pool of worker processes under faults (worker SIGKILL and SIGSTOP,
 clock skew, Redis kill -9 and restart, dropped connections), then checkers that read the stored
 histories: exactly-once starts, no lost acknowledged write, the policies, limits, schedules and
-dependencies (docs/reliability.md).
+dependencies (docs/reliability.md). On Redis by default; --store runs it on SQLite or
+PostgreSQL, with the faults that apply to that store (the report lists the others as skipped).
 
 Exit status: 0 when every checker found nothing and every scheduled fault fired; 1 when not, or
 for a mistake on the command line; 2 when the run could not start (the namespace holds data, no
@@ -85,6 +90,14 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         help="--redis names a node of a Redis Cluster (the proxy's faults are skipped)",
     )
     p.add_argument(
+        "--store",
+        type=store_option,
+        metavar="URL",
+        help="run on a SQL store instead of Redis: sqlite:///abs/new-file.sqlite3, sqlite (a new "
+        "file in the run's directory), postgresql://... (a new schema there), or postgresql "
+        "(a private server the run starts, so it can kill -9 it)",
+    )
+    p.add_argument(
         "--namespace",
         help="an empty namespace for the run, deleted at the end unless --keep "
         "(default: stress-<seed>-<random>)",
@@ -117,7 +130,10 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         "(the table then goes to stderr)",
     )
     a = p.parse_args(argv)
+    if a.store is not None and (a.redis is not None or a.cluster):
+        p.error("--store names the store: give it without --redis and --cluster")
     opts = Options(
+        store=a.store,
         redis=a.redis,
         cluster=a.cluster,
         namespace=a.namespace,
@@ -134,6 +150,27 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         workdir=a.workdir,
     )
     return opts, a.json_file, a.seeds
+
+
+def store_option(text: str) -> str:
+    """``--store``: ``sqlite`` or ``postgresql`` alone, or a SQLite or PostgreSQL URL that can
+    be used: a SQLite file that does not exist yet in a directory that does, a PostgreSQL with
+    its extra installed. Judged before anything starts (exit status 1)."""
+    if text in ("sqlite", "postgresql"):
+        return text
+    try:
+        target = parse_store_url(text)
+        if target.kind == "redis":
+            raise StoreUrlError(
+                "a Redis is given with --redis URL; --store takes sqlite:///path, sqlite, "
+                "postgresql://... or postgresql"
+            )
+        if target.kind == "sqlite":
+            check_new_sqlite(Path(target.path or ""))
+        target.check_driver()
+    except (StoreUrlError, StressError, MissingExtra) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def invariants() -> str:

@@ -67,6 +67,7 @@ from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.schedules import Schedule
 from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stress import sql_records
 from chongming_redis.stress.clients import client_for, cluster_from_env, server_time
 
 app = App("stress")
@@ -74,6 +75,9 @@ app = App("stress")
 UNSAFE_ENV = "CHONGMING_STRESS_UNSAFE"
 URL_ENV = "CHONGMING_STRESS_URL"
 NS_ENV = "CHONGMING_STRESS_NAMESPACE"
+#: On a SQL store: the store's URL, where the fenced effects go (``sql_records``); the other
+#: records (runs, began, clocks) go to the private side Redis at ``URL_ENV``.
+STORE_ENV = "CHONGMING_STRESS_STORE_URL"
 
 # KEYS[1] task hash, KEYS[2] effects list; ARGV[1] attempt, ARGV[2] owner, ARGV[3] record.
 FENCED_PUSH = """
@@ -192,6 +196,11 @@ def _steps(ctx: TaskContext, params: Step) -> None:
 
 def _fenced_effect(ctx: TaskContext, record: str) -> None:
     namespace = os.environ[NS_ENV]
+    store_url = os.environ.get(STORE_ENV)
+    if store_url:  # a SQL store: the fence is a transaction in the store's own database
+        sql_records.fenced_insert(store_url, namespace, ctx.task_id, ctx.attempt, ctx.owner,
+                                  record)  # fmt: skip
+        return
     client = _client()
     task_key = "{" + namespace + "}:t:" + ctx.task_id
     args = (task_key, effects_key(namespace), str(ctx.attempt), ctx.owner, record)

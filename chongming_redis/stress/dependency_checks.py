@@ -38,6 +38,19 @@ def _ended_at(history: list[Transition]) -> Any:
     return max(ends) if ends else None
 
 
+def _landed_starts(history: list[Transition]) -> list[Any]:
+    """A lower bound of when each start landed: the latest time of its entry and of every entry
+    before it (a write lands after the writes it follows). A start entry's own time is its
+    starter's ``now``, read before the call, which can land seconds later (a SIGSTOP, a call
+    that waited for a restarting server): after the child's release, with an older time."""
+    found, latest = [], None
+    for entry in sorted(history, key=lambda t: t.version):
+        latest = entry.at if latest is None else max(latest, entry.at)
+        if entry.to_status is R:
+            found.append(latest)
+    return found
+
+
 def check_graphs(
     edges: Edges,
     known: Mapping[str, TaskSnapshot | None],
@@ -72,7 +85,7 @@ def check_graphs(
                 if all_ok or policy == "run":
                     found.append(Violation("wrong_releases", child,
                                            f"stopped under {policy} with {statuses}"))  # fmt: skip
-        starts = [t.at for t in history if t.to_status is R]
+        starts = _landed_starts(history)
         if not starts:
             continue
         if exits and exits[0].to_status is TaskStatus.STOPPED:

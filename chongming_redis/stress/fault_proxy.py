@@ -28,6 +28,10 @@ that the fault really happened (the Temporal lesson):
 * ``blackhole(on)`` - accept and read, forward nothing (the client times out).
 * ``refuse(on)`` - new connections are reset as soon as they are accepted.
 
+``raw=True`` proxies another protocol (PostgreSQL's, for the stress run on a PostgreSQL store):
+nothing is parsed, every connection is forwarded as bytes from the start, so ``drop_reply_of``
+never fires; latency, resets, blackhole and refuse work as they do on RESP.
+
 Typical use::
 
     with FaultProxy("127.0.0.1", redis_proc.port) as proxy:
@@ -92,6 +96,7 @@ class FaultProxy:
         *,
         connect_timeout: float = 5.0,
         allow_remote: bool = False,
+        raw: bool = False,
     ) -> None:
         if upstream_host in _LOOPBACK_NAMES:
             upstream_host = LOOPBACK
@@ -100,6 +105,7 @@ class FaultProxy:
         self.upstream_host = upstream_host
         self.upstream_port = int(upstream_port)
         self.connect_timeout = connect_timeout
+        self.raw = raw  # forward bytes, parse no RESP
         self._lock = threading.Lock()
         self._commands_seen: Counter[str] = Counter()
         self._fired: Counter[str] = Counter()

@@ -11,6 +11,9 @@ Kinds (every one is scheduled at least once; the run fails if a scheduled fault 
 ``reset_connections``   the proxy resets every open worker connection
 ``redis_restart``       kill -9 of redis-server (appendfsync always), restart on the same port
                         (only of a server the run started itself: never of a ``--redis``)
+``server_restart``      on a SQL store, in ``redis_restart``'s place: kill -9 of the private
+                        PostgreSQL (every process of it), restart on the same data directory
+                        (skipped on SQLite, which has no server, and on a given server)
 ``clock_skew``          start a worker whose wall clock is 300 s ahead or behind (libfaketime),
                         then stop one of the others gracefully (SIGTERM: it hands its tasks
                         back); fired once the skewed worker ran a task and the clock it
@@ -28,10 +31,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from chongming_redis.embedded.redis_server import EmbeddedRedis
     from chongming_redis.embedded.workers import WorkerProcesses
     from chongming_redis.stress.fault_proxy import FaultProxy
 
@@ -48,6 +50,17 @@ KINDS = (
 SKEW_SECONDS = 300
 #: The faults the proxy applies (skipped when the workers cannot be proxied).
 PROXY_KINDS = ("proxy_latency", "drop_reply", "reset_connections")
+#: ``redis_restart``'s place on a SQL store (``KINDS`` stays as it is: the Redis schedules
+#: of every seed do not change).
+SERVER_RESTART = "server_restart"
+
+
+class Restartable(Protocol):
+    """A server the run started itself (``EmbeddedRedis``, ``PostgresProc``)."""
+
+    def kill9(self) -> None: ...
+
+    def restart(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,7 @@ class Nemesis:
     plan: list[Fault]
     workers: WorkerProcesses
     proxy: FaultProxy | None  # None when the workers cannot be proxied
-    redis: EmbeddedRedis | None  # None when the run uses --redis
+    redis: Restartable | None  # the run's own server; None when the run uses --redis
     holders: Callable[[], dict[int, list[str]]]  # pid -> task ids it holds RUNNING
     task_lease: float
     log: Callable[[dict[str, Any]], None]
@@ -209,6 +222,14 @@ class Nemesis:
         time.sleep(0.2 + (arg % 10) / 10)
         self.redis.restart()
         return True, "redis-server killed -9 and restarted"
+
+    def _server_restart(self, arg: int) -> tuple[bool, str]:
+        if self.redis is None:
+            return False, "no private server (a given one is never killed)"
+        self.redis.kill9()
+        time.sleep(0.2 + (arg % 10) / 10)
+        self.redis.restart()
+        return True, "the store's server killed -9 (every process) and restarted"
 
     def _clock_skew(self, arg: int) -> tuple[bool, str]:
         if self.spawn_skewed is None or self.clock_of is None:

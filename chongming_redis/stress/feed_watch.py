@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from chongming_redis.errors import StoreError
 from chongming_redis.model import TaskSnapshot, Tombstone, Transition
-from chongming_redis.stores.redis import RedisTaskStore
+from chongming_redis.stress.stress_store import StressStore
 
 log = logging.getLogger("chongming_redis.stress")
 
@@ -45,7 +45,7 @@ class Seen:
 
 @dataclass
 class FeedWatch:
-    store: RedisTaskStore
+    store: StressStore
     interval: float = 0.5
     tasks: dict[str, Seen] = field(default_factory=dict)
     #: task id -> the server time of the first read that showed its tombstone
@@ -107,7 +107,7 @@ class FeedWatch:
 
 
 def read_changes(
-    store: RedisTaskStore, after: str = "0"
+    store: StressStore, after: str = "0"
 ) -> tuple[list[TaskSnapshot | Tombstone], str]:
     """Every feed item after ``after``, in feed order, and the cursor to read on from."""
     items: list[TaskSnapshot | Tombstone] = []
@@ -119,7 +119,7 @@ def read_changes(
         after = page.next_cursor
 
 
-def tombstones(store: RedisTaskStore) -> dict[str, Tombstone]:
+def tombstones(store: StressStore) -> dict[str, Tombstone]:
     """Every tombstone of the feed (they stay forever), the latest per task id."""
     items, _ = read_changes(store)
     return {item.task_id: item for item in items if isinstance(item, Tombstone)}

@@ -1,6 +1,6 @@
 """The stress run: a real pool of worker processes behind a fault proxy, a private redis-server
-with ``appendfsync always`` (or the user's ``--redis``), a seeded nemesis, then the checkers over
-Redis's own records.
+with ``appendfsync always`` (or the user's ``--redis``; or a SQL store, ``--store``: see
+``targets``), a seeded nemesis, then the checkers over the store's own records.
 
 With ``--redis`` the faults that need a server the run started itself (``redis_restart``, the
 final kill -9 and restart) are skipped, and so are the proxy's faults when the workers cannot
@@ -12,7 +12,8 @@ Layout of one run (``--keep`` leaves it on disk):
 * ``driver.jsonl``: the driver's client log, one JSON line per op (submit / control / fault),
   ``outcome`` ``ok`` (acknowledged), ``fail`` (refused) or ``info`` (indeterminate);
 * ``worker-<n>.log``: each worker process's stderr;
-* the redis-server's directory (AOF) when the run started its own.
+* the redis-server's directory (AOF) when the run started its own (``--store``: the SQLite
+  file, the private PostgreSQL's directory).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import chongming_redis
-from chongming_redis.embedded.redis_server import EmbeddedRedis
 from chongming_redis.embedded.workers import WorkerProcesses
 from chongming_redis.env import AUDIT_ENV, CLUSTER_ENV
 from chongming_redis.errors import StoreError
@@ -38,19 +38,10 @@ from chongming_redis.model import TaskQuery, TaskStatus
 from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.controller import Controller
-from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress.fault_proxy import FaultProxy
-from chongming_redis.stress.faults import KINDS, PROXY_KINDS, Nemesis, schedule
+from chongming_redis.stress.faults import Nemesis, schedule
 from chongming_redis.stress.feed_watch import FeedWatch
-from chongming_redis.stress.namespace import StressError, delete_namespace, require_empty
-from chongming_redis.stress.plumbing import (
-    ClientLog,
-    Upstream,
-    libfaketime,
-    quiet_between,
-    upstream_of,
-)
+from chongming_redis.stress.plumbing import ClientLog, libfaketime, quiet_between, upstream_of
 from chongming_redis.stress.policy_report import PolicyRun
 from chongming_redis.stress.producer import (
     graph_clumps,
@@ -60,12 +51,12 @@ from chongming_redis.stress.producer import (
     workload,
 )
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
+from chongming_redis.stress.stress_store import StressStore
+from chongming_redis.stress.targets import DRIVER, Target, prepare
+
+__all__ = ["Options", "libfaketime", "policy_run", "run", "upstream_of", "worker_processes"]
 
 APP = "chongming_redis.stress.app:app"
-#: Why the proxy's faults are skipped on Redis Cluster.
-ON_CLUSTER = ("on Redis Cluster the workers reach every node at the address it announces: a "
-              "proxy in front of one node is not in their way")  # fmt: skip
-DRIVER = "stress-driver"
 #: The workers' default retry policy's ``max_attempts`` (``--max-attempts``): what a task
 #: without a policy of its own may use (``attempts_exceeded``).
 WORKER_MAX_ATTEMPTS = 3
@@ -89,14 +80,17 @@ class Options:
     unsafe: str | None = None  # negative control: CHONGMING_STRESS_UNSAFE for the workers
     workdir: str | None = None
     cluster: bool = False  # --redis names a node of a Redis Cluster
+    #: ``--store``: a SQLite or PostgreSQL URL, or ``sqlite`` / ``postgresql`` alone (a new
+    #: file in the run's directory / a private server); ``None``: Redis (``targets``)
+    store: str | None = None
     #: Wall-clock ``(begin, end)`` of faults done beside the run (a test's reshard or
     #: failover), filled while it runs: the checkers that need a quiet pool leave them out.
     outside_faults: list[tuple[float, float]] = field(default_factory=list)
 
 
-def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> WorkerProcesses:
+def worker_processes(opts: Options, target: Target, logdir: Path) -> WorkerProcesses:
     env = dict(os.environ)
-    env.update({stress_app.URL_ENV: url, stress_app.NS_ENV: namespace, AUDIT_ENV: "1"})
+    env.update({**target.app_env(), AUDIT_ENV: "1"})
     env.pop(CLUSTER_ENV, None)
     if opts.cluster:  # the workers' store and the stress app's client
         env[CLUSTER_ENV] = "1"
@@ -113,7 +107,8 @@ def worker_processes(opts: Options, url: str, namespace: str, logdir: Path) -> W
         f"--max-attempts={WORKER_MAX_ATTEMPTS}",
         "--grace=2",
     ]
-    return WorkerProcesses(APP, url, namespace, options, logdir=logdir, env=env, cwd=logdir)
+    return WorkerProcesses(APP, target.worker_url, target.namespace, options, logdir=logdir,
+                           env=env, cwd=logdir)  # fmt: skip
 
 
 def policy_run(opts: Options) -> PolicyRun:
@@ -128,16 +123,7 @@ def policy_run(opts: Options) -> PolicyRun:
     )
 
 
-def _open_store(url: str, namespace: str, cluster: bool = False) -> RedisTaskStore:
-    """The driver's store: enough retries (about 6 s of backoff) that a call rides out the
-    run's own ``redis_restart`` (down for up to about 1.5 s) instead of ending indeterminate."""
-    return RedisTaskStore.from_url(
-        url, namespace=namespace, socket_timeout=5, retries=8, audit=True,
-        audit_owner=DRIVER, cluster=cluster,
-    )  # fmt: skip
-
-
-def _server_time(store: RedisTaskStore) -> float | None:
+def _server_time(store: StressStore) -> float | None:
     try:
         return store.server_time().timestamp()
     except StoreError:
@@ -149,44 +135,28 @@ def run(opts: Options) -> dict[str, Any]:
     started = time.monotonic()
     rng = random.Random(opts.seed)
     namespace = opts.namespace or f"stress-{opts.seed}-{secrets.token_hex(3)}"
-    if opts.cluster and not opts.redis:
-        raise StressError("--cluster needs --redis: the URL of a node of the cluster")
-    if opts.redis:
-        require_empty(opts.redis, namespace, opts.cluster)
+    made_workdir = opts.workdir is None
     workdir = Path(opts.workdir or tempfile.mkdtemp(prefix="chongming-stress-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        target = prepare(opts, namespace, workdir)
+    except BaseException:
+        if made_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    namespace = target.namespace  # a SQLite file holds one namespace: "default"
     log = ClientLog(workdir / "driver.jsonl")
-    redis_proc: EmbeddedRedis | None = None
-    if opts.redis:
-        upstream = upstream_of(opts.redis)
-    else:
-        redis_proc = EmbeddedRedis(port=0, prefix="chongming-stress-redis-").start()
-        upstream = upstream_of(redis_proc.url)
-    skipped: dict[str, str] = {}
-    if redis_proc is None:
-        skipped["redis_restart"] = "--redis given: the run never kills a server it did not start"
-        skipped["final_restart"] = (
-            "--redis given: acknowledged writes are read back without a kill -9 and restart"
-        )
-    if opts.cluster:
-        upstream = Upstream(upstream.url, None, 0, ON_CLUSTER)
-    if upstream.host is None:
-        skipped.update({k: upstream.why_not_proxied for k in PROXY_KINDS})
+    skipped = target.skipped
     faketime = libfaketime()
     if faketime is None:
-        skipped["clock_skew"] = "libfaketime is not installed (apt-get install faketime)"
-    kinds = tuple(k for k in KINDS if k not in skipped)
-    plan = schedule(opts.seed, opts.seconds, kinds)
-    proxy = None
-    if upstream.host is not None:
-        proxy = FaultProxy(upstream.host, upstream.port, allow_remote=redis_proc is None)
-    direct_url = upstream.url
-    store = _open_store(direct_url, namespace, opts.cluster)
+        skipped.setdefault("clock_skew", "libfaketime is not installed (apt-get install faketime)")
+    plan = schedule(opts.seed, opts.seconds, target.kinds())
+    proxy = target.proxy
+    store = target.open_store()
     driver = Controller(
         store, app=stress_app.app, owner=DRIVER, buckets=BucketPolicy(opts.num_buckets)
     )
-    worker_url = upstream.through(proxy.port) if proxy is not None else direct_url
-    workers = worker_processes(opts, worker_url, namespace, workdir)
+    workers = worker_processes(opts, target, workdir)
     nodename = os.uname().nodename
 
     def holders() -> dict[int, list[str]]:
@@ -204,10 +174,11 @@ def run(opts: Options) -> dict[str, Any]:
                "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
         return workers.spawn(env=env, module="chongming_redis.stress.skewed")
 
+    records = target.records(store)
     nemesis = Nemesis(
-        plan, workers, proxy, redis_proc, holders, opts.task_lease, log,
+        plan, workers, proxy, target.server, holders, opts.task_lease, log,
         spawn_skewed=spawn_skewed,
-        clock_of=lambda pid: stress_app.clock_of(store.client, namespace, pid),
+        clock_of=lambda pid: stress_app.clock_of(records, namespace, pid),
     )  # fmt: skip
     submitted: list[str] = []  # every id the driver tried (acknowledged or not)
     planned_edges: dict[str, tuple[tuple[str, ...], str]] = {}  # child -> (parents, policy)
@@ -235,7 +206,7 @@ def run(opts: Options) -> dict[str, Any]:
         if returned == task_id:
             acked_tasks.append(task_id)
             if unique is not None and unsafe == "ignore-policies":  # a store that forgets
-                store.client.delete(store.keys.unique(unique))
+                store.client.delete(store.keys.unique(unique))  # type: ignore[attr-defined]
 
     def submit_loop() -> None:
         window = opts.seconds * 0.85
@@ -339,17 +310,12 @@ def run(opts: Options) -> dict[str, Any]:
     watch.stop()
     policies.watch, policies.driver_log = watch, log.records
 
-    # The final restart: everything acknowledged must be read back from the AOF.
-    final_restart = False
-    if redis_proc is not None:
-        store.close()
-        redis_proc.kill9()
-        redis_proc.restart()
-        final_restart = True
-        store = _open_store(direct_url, namespace)
+    # The final restart: everything acknowledged must be read back from the AOF (the WAL).
+    store, final_restart = target.final_restart(store)
 
     faults = [r for r in log.records if r.get("op") == "fault"]
-    report = collect(store, namespace, submitted, acked_tasks, acked_commands, opts.concurrency,
+    report = collect(store, target.truth(store), submitted, acked_tasks, acked_commands,
+                     opts.concurrency,
                      quiet=quiet_between(faults, log.wall0, opts.task_lease,
                                          opts.outside_faults),
                      policies=policies, graphs=planned_edges)  # fmt: skip
@@ -374,6 +340,7 @@ def run(opts: Options) -> dict[str, Any]:
         final_restart=final_restart,
         faults_skipped=skipped,
         namespace=namespace,
+        store=target.kind,
         workdir=str(workdir),
         unsafe=unsafe,
     )
@@ -386,18 +353,7 @@ def run(opts: Options) -> dict[str, Any]:
     report["fault_log"] = [r for r in log.records if r.get("op") == "fault"]
     report["violations"] = sum(report[k] for k in VIOLATION_KINDS)
     report["ok"] = verdict(report)
-    if proxy is not None:
-        proxy.close()
-    store.close()
-    if redis_proc is not None:
-        if opts.keep:
-            redis_proc.terminate()
-            report["redis_dir"] = str(redis_proc.dir)
-        else:
-            redis_proc.stop()
-    if not opts.keep:
-        if opts.redis:
-            delete_namespace(direct_url, namespace, opts.cluster)
-        if opts.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+    report.update(target.finish(store, opts.keep))
+    if not opts.keep and made_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
     return report

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Tombstone, Transition
-from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import policy_checks
 from chongming_redis.stress.checkers import Violation
 from chongming_redis.stress.feed_watch import FeedWatch
+from chongming_redis.stress.stress_store import StressStore
 
 
 @dataclass
@@ -84,7 +84,7 @@ def removed(
 
 
 def check(
-    store: RedisTaskStore,
+    store: StressStore,
     known: Mapping[str, TaskSnapshot | None],
     histories: Mapping[str, Sequence[Transition]],
     tombstones: Mapping[str, Tombstone],

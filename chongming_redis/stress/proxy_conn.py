@@ -81,7 +81,7 @@ class _Conn:
         self.ureader: asyncio.StreamReader | None = None
         self.uwriter: asyncio.StreamWriter | None = None
         self.pending: deque[DropReply | None] = deque()
-        self.tracked = True
+        self.tracked = not proxy.raw  # a raw proxy forwards bytes from the start
         self.blackholed = False  # swallowed data once: never forwards again
         self.closed = False
         self.queue: asyncio.Queue[tuple[float, object]] = asyncio.Queue(_QUEUE_CHUNKS)

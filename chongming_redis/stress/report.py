@@ -1,4 +1,5 @@
-"""The stress run's report: the ground truth read back from Redis, the checkers run over it, the
+"""The stress run's report: the ground truth read back from the store (the store's methods, and
+``ground_truth`` for the records only one kind of store keeps), the checkers run over it, the
 verdict, and the table ``render`` prints. ``harness.run`` calls ``collect`` once the run is
 drained and adds what only it knows (faults, processes, timings)."""
 
@@ -11,7 +12,6 @@ from typing import Any
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
 from chongming_redis.runtime import scheduling
 from chongming_redis.runtime.config import ControllerConfig
-from chongming_redis.stores.redis import RedisTaskStore
 from chongming_redis.stress import app as stress_app
 from chongming_redis.stress import (
     checkers,
@@ -22,7 +22,9 @@ from chongming_redis.stress import (
     schedule_checks,
     start_checks,
 )
+from chongming_redis.stress.ground_truth import GroundTruth
 from chongming_redis.stress.policy_report import PolicyRun
+from chongming_redis.stress.stress_store import StressStore
 
 VIOLATION_KINDS = (
     "duplicate_starts",
@@ -71,8 +73,8 @@ def verdict(report: dict[str, Any]) -> bool:
 
 
 def collect(
-    store: RedisTaskStore,
-    namespace: str,
+    store: StressStore,
+    truth: GroundTruth,
     submitted: list[str],
     acked_tasks: list[str],
     acked_commands: list[str],
@@ -82,11 +84,10 @@ def collect(
     quiet: Callable[[float, float], bool] = lambda since, until: True,
     graphs: dependency_checks.Edges | None = None,
 ) -> dict[str, Any]:
-    """Read the ground truth from Redis and run every checker (``slots``: each worker's;
+    """Read the ground truth from the store and run every checker (``slots``: each worker's;
     ``policies``: the workers' policy settings and the feed watch). A task its retention
     removed is judged on what the feed watch kept of it (its final snapshot and history),
     and counts as present (not lost) by its tombstone."""
-    client = store.client
     run = policies
     finals: dict[str, TaskSnapshot | None] = {t: store.get(t) for t in submitted}
     tombstones = feed_watch.tombstones(store)
@@ -97,17 +98,11 @@ def collect(
     }
     histories.update(gone.histories)
     present: dict[str, object | None] = {**known, **gone.tombstones}
-    runs = client.lrange(stress_app.runs_key(namespace), 0, -1)
-    effects = client.lrange(stress_app.effects_key(namespace), 0, -1)
-    commands = {}
-    for cid in acked_commands:
-        raw = client.hgetall(store.keys.command(cid))
-        commands[cid] = {_text(k): _text(v) for k, v in raw.items()}
-    queued = [_text(m) for m in client.zrange(store.keys.command_queue, 0, -1)]
-    leased = [_text(m) for m in client.zrange(store.keys.command_leases, 0, -1)]
-    lease_audit = checkers.audit_command_leases(
-        checkers.parse_audit(client.xrange(store.keys.audit, "-", "+"))
-    )
+    runs = truth.runs()
+    effects = truth.effects()
+    commands = truth.commands(acked_commands)
+    queued, leased = truth.command_indexes()
+    lease_audit = truth.lease_audit()  # None: the store keeps no audit (skipped_checks)
 
     found = (
         checkers.check_starts(histories)
@@ -120,11 +115,11 @@ def collect(
         + start_checks.check_not_before(histories, known)
         + start_checks.check_slots(histories, slots)
         + start_checks.check_work_conservation(histories, known, slots, START_INTERVAL, quiet)
-        + lease_audit.violations
+        + (lease_audit.violations if lease_audit is not None else [])
     )
     policy_found, policy_counts = policy_report.check(store, known, histories, tombstones, run)
     found += policy_found
-    limit_found, limit_counts = check_limits(store, namespace, known, histories)
+    limit_found, limit_counts = check_limits(store, truth, known, histories)
     found += limit_found
     beat = scheduling.read(store, stress_app.BEAT.id)  # the state first, then its tasks
     tick_found, tick_counts = schedule_checks.check_schedule(
@@ -160,11 +155,8 @@ def collect(
         "commands_finished": sum(1 for c in commands.values() if c.get("f")),
         "command_outcomes": dict(Counter(c.get("o", "") for c in commands.values() if c.get("f"))),
         "commands_unfinished": unfinished_commands(commands, leased),
-        # the server-side command lease audit ({ns}:audit), replayed by check_command_leases
-        "audit_claims": lease_audit.claims,
-        "audit_completes": lease_audit.completes,
-        "audit_releases": lease_audit.releases,
-        "completions_without_lease": lease_audit.completions_without_lease,
+        **audit_counts(lease_audit),
+        "checks_skipped": dict(truth.skipped_checks),
         # acknowledged tasks their retention removed (counted above by their final status)
         "removed": len(gone.tombstones),
         "removed_unwatched": len(gone.unverifiable),
@@ -180,25 +172,33 @@ def collect(
     return report
 
 
+def audit_counts(lease_audit: checkers.LeaseAudit | None) -> dict[str, int]:
+    """The server-side command lease audit ({ns}:audit), replayed by
+    ``audit_command_leases``; none where the store keeps no audit."""
+    if lease_audit is None:
+        return {}
+    return {
+        "audit_claims": lease_audit.claims,
+        "audit_completes": lease_audit.completes,
+        "audit_releases": lease_audit.releases,
+        "completions_without_lease": lease_audit.completions_without_lease,
+    }
+
+
 def check_limits(
-    store: RedisTaskStore,
-    namespace: str,
+    store: StressStore,
+    truth: GroundTruth,
     known: dict[str, TaskSnapshot | None],
     histories: dict[str, list[Transition]],
 ) -> tuple[list[checkers.Violation], dict[str, Any]]:
     """The limits' checkers (``limit_checks``) against the app's own definitions (what the
     types ask for, whatever the workers recorded), the began records and the holder sets
-    (``{ns}:lh:<ref>``) as they are now: the run is quiet, nothing writes."""
+    (``{ns}:lh:<ref>``, ``limit_holders``) as they are now: the run is quiet, nothing writes."""
     definitions = limit_checks.Definitions.parse(stress_app.app.limit_definitions()[0])
-    client = store.client
-    began = limit_checks.parse_began(client.lrange(stress_app.began_key(namespace), 0, -1))
+    began = limit_checks.parse_began(truth.began())
     result = limit_checks.check_concurrency(histories, known, began, definitions)
     limit_checks.check_rates(histories, known, began, definitions, result=result)
-    prefix = store.keys.limit_holders("")
-    holders = {
-        _text(key)[len(prefix) :]: {_text(m) for m in client.smembers(key)}
-        for key in client.scan_iter(match="\\{" + namespace + "\\}:lh:*", count=1000)
-    }
+    holders = truth.limit_holders()
     tasks = dict(known)
     named: set[str] = set().union(*holders.values())
     for task_id in named - set(tasks):
@@ -239,10 +239,6 @@ def failure_types(finals: dict[str, TaskSnapshot | None]) -> dict[str, int]:
     """How many tasks ended FAILED, by failure type."""
     failed = [s for s in finals.values() if s is not None and s.status is TaskStatus.FAILED]
     return dict(Counter(s.failure.error_type if s.failure else "?" for s in failed))
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def render(report: dict[str, Any], *, stderr: bool = False) -> None:
@@ -301,6 +297,8 @@ def render(report: dict[str, Any], *, stderr: bool = False) -> None:
         table.add_row(f"fault: {kind}", f"{style}{fired}/{n} fired")
     for kind, why in sorted(report.get("faults_skipped", {}).items()):
         table.add_row(f"skipped: {kind}", why)
+    for check, why in sorted(report.get("checks_skipped", {}).items()):
+        table.add_row(f"check skipped: {check}", why)
     console = Console(stderr=stderr)
     console.print(table)
     for v in report["violation_examples"]:

@@ -16,6 +16,13 @@ the shared SQL runs on (``_sql.schema.Tx``), and how driver failures become ``St
   was written, and a server that cannot be asked in time is ``StoreUnavailable`` saying the
   outcome is unknown (the runtime then reads the task back). A failure before ``COMMIT`` was
   sent rolls back on the server: ``StoreUnavailable``, nothing written.
+* **A stalled client.** Every connection sets ``idle_in_transaction_session_timeout``
+  (``IDLE_IN_TRANSACTION``): a client that stops between the statements of a write (SIGSTOPped,
+  frozen, swapped out) would otherwise hold its row locks, the feed's head row among them,
+  and every writer of the schema would wait behind it for as long as it stays stopped (found by
+  ``chongming-redis stress --store postgresql``: a worker SIGSTOPped for 6 s stopped every
+  write for 6 s). The server ends such a session, rolling it back; the stalled client's next
+  statement fails and its call is ``StoreUnavailable`` (nothing written), as after a reset.
 * **A restarted server.** A connection whose socket the server closed is found before use (the
   socket is readable at rest) and dropped with every other broken idle one; the pool opens new
   ones. While the server is down, a call waits at most ``timeout`` for a connection, then
@@ -37,6 +44,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from chongming_redis.errors import StoreClosed, StoreError, StoreUnavailable
 from chongming_redis.stores._sql.schema import SQLITE, Dialect, format_placeholders
+
+#: Seconds a connection may sit idle inside a transaction before the server ends it: the store's
+#: transactions run their statements back to back, so only a stalled client waits this long.
+IDLE_IN_TRANSACTION = 1.0
 
 
 def _large_set(column: str, values: Sequence[int]) -> tuple[str, list[object]]:
@@ -121,8 +132,11 @@ class PgPool:
         self._pool.open(wait=False)
 
     def _configure(self, connection: psycopg.Connection[Any]) -> None:
-        """Every new connection: the store's schema first on the search path."""
+        """Every new connection: the store's schema first on the search path, and a stalled
+        client's transaction ended by the server (``IDLE_IN_TRANSACTION``)."""
         connection.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+        idle_ms = sql.Literal(f"{round(IDLE_IN_TRANSACTION * 1000)}ms")
+        connection.execute(sql.SQL("SET idle_in_transaction_session_timeout = {}").format(idle_ms))
         connection.commit()
 
     def close(self) -> None:

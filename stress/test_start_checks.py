@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from chongming_redis.model import TaskStatus, Transition
+from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress import start_checks
 
 # The hand-made histories and snapshots the other checkers' tests use (stress/test_stress.py).
@@ -132,3 +132,78 @@ def test_quiet_windows_cover_the_harness_faults_and_those_done_beside_it() -> No
     still = quiet_between([], wall0, 1.0, [(1020.0, float("inf"))])
     assert still(1000.0, 1018.0) and not still(1100.0, 1200.0)
     assert quiet_between([], wall0, 1.0)(0.0, 1e12)  # no fault: always quiet
+
+
+def _queued(task: str, submitted: float, owner: str, start: float,
+            priority: int = 0) -> tuple[list[Transition], TaskSnapshot]:  # fmt: skip
+    """A task submitted at ``submitted`` (its created_at) and started by ``owner`` at
+    ``start``, in bucket 3, still RUNNING."""
+    history = [_at(task, 1, None, P, submitted, "submitted by d"),
+               _at(task, 2, P, R, start, f"started by {owner} (attempt 1)")]  # fmt: skip
+    final = replace(_snap(task, 2, R), created_at=T0 + timedelta(seconds=submitted),
+                    priority=priority, bucket=3)  # fmt: skip
+    return history, final
+
+
+def _order(*tasks: tuple[str, tuple[list[Transition], TaskSnapshot]]) -> list[str]:
+    histories = {name: h for name, (h, _) in tasks}
+    finals: dict[str, TaskSnapshot | None] = {name: f for name, (_, f) in tasks}
+    return [v.detail for v in start_checks.check_start_order(histories, finals)]
+
+
+def test_a_task_passed_over_in_its_workers_bucket_is_caught() -> None:
+    # Higher priority first: "hi" (priority 5) was due at 1, "lo" (0) started at 3, "hi" at 6.
+    (found,) = _order(("hi", _queued("hi", 1, "w1", 6, priority=5)),
+                      ("lo", _queued("lo", 2, "w1", 3)))  # fmt: skip
+    t0 = T0.timestamp()
+    assert found == (f"priority 5, due since {t0 + 1:.3f}, started by w1 at {t0 + 6:.3f}; lo "
+                     f"(priority 0) of bucket 3 was started before it at {t0 + 3:.3f}")  # fmt: skip
+    # In order: "hi" first, then "lo".
+    assert _order(("hi", _queued("hi", 1, "w1", 3, priority=5)),
+                  ("lo", _queued("lo", 2, "w1", 6))) == []  # fmt: skip
+    # FIFO among equals: the older one waited while a newer one started.
+    older, newer = _queued("old", 1, "w1", 6), _queued("new", 2.5, "w1", 3)
+    assert len(_order(("old", older), ("new", newer))) == 1
+    # ... but ready times within the tolerance (1 s) are not told apart.
+    assert _order(("old", _queued("old", 1.8, "w1", 6)), ("new", newer)) == []
+    # A fault between the one's due time and the other's start: not judged (a call that
+    # waited for a restarting server lands after its entry's time).
+    histories = {"old": older[0], "new": newer[0]}
+    finals: dict[str, TaskSnapshot | None] = {"old": older[1], "new": newer[1]}
+    t0 = T0.timestamp()
+    faulted = start_checks.check_start_order(
+        histories, finals, quiet=lambda a, b: b < t0 + 2 or a > t0 + 2.5
+    )
+    assert faulted == []
+
+
+def test_the_start_order_is_judged_within_one_workers_bucket_only() -> None:
+    hi = _queued("hi", 1, "w1", 6, priority=5)
+    lo_elsewhere = _queued("lo", 2, "w2", 3)  # another worker: approximate across workers
+    assert _order(("hi", hi), ("lo", lo_elsewhere)) == []
+    history, final = _queued("lo", 2, "w1", 3)  # the same worker, another bucket
+    assert _order(("hi", hi), ("lo", (history, replace(final, bucket=4)))) == []
+    # Not yet due when the other started: no violation.
+    assert _order(("hi", _queued("hi", 2.8, "w1", 6, priority=5)),
+                  ("lo", _queued("lo", 1, "w1", 3))) == []  # fmt: skip
+    # Started in the same call (within the tolerance): no order between them.
+    assert _order(("hi", _queued("hi", 1, "w1", 3.3, priority=5)),
+                  ("lo", _queued("lo", 2, "w1", 3))) == []  # fmt: skip
+    # A task with limits may be held back by its limit: not judged as the one that waited.
+    limited = _queued("hi", 1, "w1", 6, priority=5)
+    assert _order(("hi", (limited[0], replace(limited[1], limits=("job.concurrency",)))),
+                  ("lo", _queued("lo", 2, "w1", 3))) == []  # fmt: skip
+
+
+def test_a_retry_is_ranked_by_its_not_before() -> None:
+    # "r", created at 0, was retried at 1 "in 2.0s": ranked (and due) at 3, not at 0. "n",
+    # started at 5 while "r" waited until 8: passed over if "n" was created at 4.5, not 2.5.
+    retried = [_at("r", 1, None, P, 0, "submitted by d"),
+               _at("r", 2, P, R, 0.5, "started by w1 (attempt 1)"),
+               _at("r", 3, R, L, 1, "lease of w1 expired"),
+               _at("r", 4, L, P, 1, "retry 2/3 after lost, in 2.0s"),
+               _at("r", 5, P, R, 8, "started by w1 (attempt 2)")]  # fmt: skip
+    final = replace(_snap("r", 5, R), not_before=T0 + timedelta(seconds=3), bucket=3)
+    newer, older = _queued("n", 4.5, "w1", 5), _queued("n", 2.5, "w1", 5)
+    assert len(_order(("r", (retried, final)), ("n", newer))) == 1  # ready 3 < 4.5: passed
+    assert _order(("r", (retried, final)), ("n", older)) == []  # 2.5 is ahead of 3 (tolerance)

@@ -265,6 +265,21 @@ class JudgesOnlyTheFirstLimitRows(_Admitting):
         return rows[:limit]
 
 
+class CandidatesFromTheBestHeadsQueuesOnly(_Admitting):
+    """Judges only the queues (bucket and type) of the ``limit`` best candidates: a head its
+    limit refuses lets a worse task of those queues start before a better one of another
+    type (the Redis start's cut at ``limit`` heads, before it counted passed-over heads)."""
+
+    def candidates(self, rows: list[Row], limit: int) -> Iterable[Row]:
+        queues: list[tuple[object, object]] = []
+        for row in rows:
+            queue = (row["bucket"], row["name"])
+            if queue not in queues:
+                queues.append(queue)
+        kept = set(queues[:limit])
+        return [row for row in rows if (row["bucket"], row["name"]) in kept]
+
+
 class RefusalSpendsAnAttempt(_Admitting):
     """A refused task is written back with its attempt spent (the limiter burns retries)."""
 
@@ -313,6 +328,7 @@ RATE = "test_a_rate_limit_spends_one_token_per_start_on_the_earlier_clock"
 USAGE = "test_limit_usage_counts_holders_and_live_waiters_busiest_first"
 UNRECORDED = "test_an_unrecorded_limit_limits_nothing_and_a_lower_max_evicts_no_holder"
 TWO_REFS = "test_a_task_with_two_refs_starts_when_both_allow_and_a_refusal_spends_nothing"
+HIDES = "test_a_task_its_limit_refuses_hides_no_better_task_of_another_type"
 
 CAUGHT_BY: dict[str, str] = {
     "RecordOverwritesAConflict": RECORD,
@@ -335,6 +351,7 @@ CAUGHT_BY: dict[str, str] = {
     "NewestWaiterFirst": FIFO,
     "StopsAtTheFirstRefusal": FLOOD,
     "JudgesOnlyTheFirstLimitRows": FLOOD,
+    "CandidatesFromTheBestHeadsQueuesOnly": HIDES,
     "RefusalSpendsAnAttempt": MAX,
     "RefusalSpendsATokenOfTheOtherRef": TWO_REFS,
     "HoldersCountedPerBucket": PAUSED,

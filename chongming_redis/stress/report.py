@@ -39,6 +39,7 @@ VIOLATION_KINDS = (
     "early_starts",
     "slots_exceeded",
     "idle_slot_waits",
+    "start_order",
     # the task policies (stress/policy_checks.py)
     "attempts_exceeded",
     "timeout_overrun",
@@ -115,6 +116,7 @@ def collect(
         + start_checks.check_not_before(histories, known)
         + start_checks.check_slots(histories, slots)
         + start_checks.check_work_conservation(histories, known, slots, START_INTERVAL, quiet)
+        + start_checks.check_start_order(histories, known, quiet=quiet)
         + (lease_audit.violations if lease_audit is not None else [])
     )
     policy_found, policy_counts = policy_report.check(store, known, histories, tombstones, run)

@@ -1,13 +1,16 @@
 """Checkers of the start path over a stress run's histories (docs/reliability.md): no start
 before its ``not_before``, never more tasks ``RUNNING`` on a worker than its slots, no due task
-waiting while a worker has a free slot for longer than one start interval. Plain data
-in, :class:`Violation` out, as the other checkers (``stress/checkers.py``)."""
+waiting while a worker has a free slot for longer than one start interval, and the start order
+within the buckets one worker serves. Plain data in, :class:`Violation` out, as the other
+checkers (``stress/checkers.py``)."""
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.stress.checkers import START, Violation, new_highs
@@ -194,3 +197,91 @@ def _occupancy(histories: Mapping[str, Sequence[Transition]]) -> dict[str, list[
         owner: [(start, sum(1 for s, e in spans if s <= start < e)) for start, _ in spans]
         for owner, spans in held.items()
     }
+
+
+# -- the start order ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Start:
+    at: float  # the start entry's time (its starter's now)
+    task_id: str
+    priority: int
+    ready: float | None  # the time the start order ranks it by (None: not known)
+    due: float | None  # when it became due (``due_since``; None: not known)
+
+
+def check_start_order(
+    histories: Mapping[str, Sequence[Transition]],
+    finals: Mapping[str, TaskSnapshot | None],
+    tolerance: float = 1.0,
+    quiet: Callable[[float, float], bool] = lambda since, until: True,
+) -> list[Violation]:
+    """``start_order``: within one bucket, one worker starts due tasks in the start order —
+    higher ``priority`` first, then the earlier ready time (``max(created_at, not_before)``,
+    the score of ``lib/indexes.start_score``). A violation: worker O started X from bucket b
+    while Y, due in b since before X's start and ahead of X in that order, waited, and O
+    started Y later (O owned b at both starts, so Y was in the queues X's start read: the
+    order is exact within the buckets one worker serves, approximate across workers, and only
+    that is judged). An entry's time is its writer's ``now``, read before its call landed: a
+    call that waited (for a restarting server, behind a stopped worker's lock, on a loaded
+    machine) lands later, so ``tolerance`` (1 s: the clocks' error and a loaded machine's
+    delays) applies to the times and to ready times compared at one priority, and a pair with
+    a fault between Y's due time and X's start (``quiet``) is not judged. A ready time the
+    history cannot give (after a hand-back or a resume of a retried task) is compared on
+    priority alone. A task with limits is not judged as the one left waiting: its limit may
+    hold it back by design."""
+    groups: dict[tuple[str, int], list[_Start]] = defaultdict(list)
+    for task_id, history in histories.items():
+        final = finals.get(task_id)
+        if final is None:
+            continue
+        for i, entry in enumerate(history):
+            match = START.match(entry.reason or "") if _is_start(entry) else None
+            if match is not None:
+                start = _Start(entry.at.timestamp(), task_id, final.priority,
+                               _ready(history, i, final), due_since(history, i, final))  # fmt: skip
+                groups[(match["owner"], final.bucket)].append(start)
+    found = []
+    for (owner, bucket), group in groups.items():
+        group.sort(key=lambda s: s.at)
+        times = [s.at for s in group]
+        for waited in group:
+            final = finals.get(waited.task_id)
+            if waited.due is None or (final is not None and final.limits):
+                continue
+            first = bisect.bisect_right(times, waited.due + tolerance)
+            last = bisect.bisect_left(times, waited.at - tolerance)
+            passed = next((x for x in group[first:last] if _ahead(waited, x, tolerance)
+                           and quiet(waited.due, x.at)), None)  # fmt: skip
+            if passed is not None:
+                found.append(Violation("start_order", waited.task_id,
+                                       f"priority {waited.priority}, due since "
+                                       f"{waited.due:.3f}, started by {owner} at "
+                                       f"{waited.at:.3f}; {passed.task_id} (priority "
+                                       f"{passed.priority}) of bucket {bucket} was started "
+                                       f"before it at {passed.at:.3f}"))  # fmt: skip
+    return found
+
+
+def _ahead(first: _Start, then: _Start, tolerance: float) -> bool:
+    """Whether ``first`` comes before ``then`` in the start order, beyond the tolerance."""
+    if first.priority != then.priority:
+        return first.priority > then.priority
+    if first.ready is None or then.ready is None:
+        return False
+    return first.ready < then.ready - tolerance
+
+
+def _ready(history: Sequence[Transition], i: int, final: TaskSnapshot) -> float | None:
+    """The ready time the start at ``history[i]`` was ranked by: its ``not_before`` when a
+    retry's delay set it (the entry before the start), else its ``created_at`` while no
+    ``not_before`` was ever set (no delayed retry before it, no submitted delay); else None."""
+    before = history[i - 1] if i > 0 else None
+    match = RETRY_DELAY.match(before.reason or "") if before is not None else None
+    if match is not None and before is not None:
+        return before.at.timestamp() + float(match["seconds"])
+    delayed = any(RETRY_DELAY.match(e.reason or "") for e in history[:i])
+    if delayed or final.not_before is not None:
+        return None
+    return final.created_at.timestamp()

@@ -135,10 +135,15 @@ local function start_body(root, memo, A, cap)
     if bad then return bad end
   end
   -- Heads: per name, its queues' heads in score order (ZRANGE pages), the wanted ones kept up to
-  -- the cut: the `limit`-th wanted head's score, ties at the cut included. The first `limit`
-  -- tasks of the whole merge are in those queues, so a call reads a few queues and builds a few
-  -- entries whatever the number of buckets (a sort over every bucket's head cost more than the
-  -- rest of a small call).
+  -- the cut: the `EXAMINE`-th wanted head's score, ties at the cut included. Pass 1 looks at no
+  -- more than EXAMINE candidates of the merge (a candidate its limits refuse is passed over,
+  -- and the merge goes on), and the first EXAMINE tasks of the whole merge are in those queues
+  -- (a queue whose head is not among the EXAMINE best has EXAMINE better tasks in front of it),
+  -- so a call reads a few queues and builds a few entries whatever the number of buckets (a
+  -- sort over every bucket's head cost more than the rest of a small call). A cut at `limit`
+  -- would be exact only while every candidate starts: a refused head would let a worse task
+  -- of its own queue start before a better one in a queue the cut left out.
+  local EXAMINE = 2 * limit
   local HEADS_PAGE = 2 * limit + 16
   local heads = {}
   local function wanted_heads(rh, name)
@@ -151,7 +156,7 @@ local function start_body(root, memo, A, cap)
         if wanted[raw[i]] then
           heads[#heads + 1] = { b = raw[i], n = name, score = score }
           kept = kept + 1
-          if kept == limit then cut = score end
+          if kept == EXAMINE then cut = score end
         end
       end
       if #raw < 2 * HEADS_PAGE then return end
@@ -172,14 +177,14 @@ local function start_body(root, memo, A, cap)
     end
     wanted_heads(rh, name)
   end
-  -- Sources: the queues whose heads are among the `limit` best over every name (ties at the cut
-  -- included). One name (the common call) needs no sort: its heads came in score order.
+  -- Sources: the queues whose heads are among the EXAMINE best over every name (ties at the
+  -- cut included). One name (the common call) needs no sort: its heads came in score order.
   local cut = math.huge
-  if #names > 1 and #heads > limit then
+  if #names > 1 and #heads > EXAMINE then
     local scores = {}
     for i, head in ipairs(heads) do scores[i] = head.score end
     table.sort(scores)
-    cut = scores[limit]
+    cut = scores[EXAMINE]
   end
   local sources = {}
   for _, head in ipairs(heads) do
@@ -308,10 +313,12 @@ local function start_body(root, memo, A, cap)
     end
     return nil
   end
-  -- Up to 2 * limit candidates examined (passed over when not due by `now`), plus the stale
-  -- entries met on the way (up to 100 a call; they are dropped, so they cost a call once).
+  -- Up to EXAMINE candidates examined (passed over when not due by `now` or refused by their
+  -- limits), plus the stale entries met on the way (up to 100 a call; they are dropped, so they
+  -- cost a call once; a call that meets some may leave out a queue the cut would have kept,
+  -- once: the next call's merge is exact again).
   local examined = 0
-  while #chosen < limit and examined < 2 * limit and #stale < 100 do
+  while #chosen < limit and examined < EXAMINE and #stale < 100 do
     local c, broken = next_candidate()
     if broken then return broken end
     if not c then break end

@@ -203,6 +203,24 @@ class LimitsContract(ContractBase):
         assert self._go(now=102, limit=8) == []
         assert self.store.counts()[P] == 303
 
+    def test_a_task_its_limit_refuses_hides_no_better_task_of_another_type(self) -> None:
+        """A refused head is passed over within the call, and what starts is the best of the
+        rest, whatever type's queue it waits in: never a worse task of the refused head's
+        neighbour queue before a better one of another type."""
+        if self._limited(("api.slow", to_json(RateLimit(rate=1, per=60.0, burst=1)))) is None:
+            return
+        self.put(_task("spent", 0, "api.slow"))
+        assert self._go(limit=1) == ["spent"]  # the bucket's one token: none left at now=100
+        # "refused" is the best of all (priority 5) and its rate limit refuses it (a head that
+        # does not start); "a2" waits behind "a1" in alpha's queue, "b1" alone in beta's.
+        self.put(_task("refused", 1, "api.slow", priority=5),
+                 _task("a1", 2, name="alpha", priority=3),
+                 _task("a2", 3, name="alpha", priority=-5),
+                 _task("b1", 4, name="beta"))  # fmt: skip
+        assert sorted(self._go(limit=2)) == ["a1", "b1"]
+        assert self._go(limit=2) == ["a2"]
+        self._pending("refused")
+
     # -- rate --------------------------------------------------------------------------------
 
     def test_a_rate_limit_spends_one_token_per_start_on_the_earlier_clock(self) -> None:

@@ -248,7 +248,8 @@ class Controller(Submitting):
         )  # fmt: skip
         loops: list[tuple[str, Callable[[], None]]] = [
             ("supervisor", lambda: supervise(self.writer, running,
-                                              lambda held: end_overdue(self.runner, held))),
+                                              lambda held: end_overdue(self.runner, held),
+                                              self.runner.release_written)),
             ("commands", lambda: every(c.command_poll_interval, self.handle_commands,
                                        running=running, wake=self._wake_commands,
                                        what="claim commands", events=events,

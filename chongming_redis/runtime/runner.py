@@ -165,9 +165,17 @@ class Runner(Starting):
         with self._lock:
             self._busy -= 1
         self._dispatch()
-        if not held.queued:  # else the committer frees its slot and starts the next tasks
+        # Queued: the committer frees its slot and starts the next tasks. Buffered (its last
+        # move could not be written): it keeps its slot until the supervisor writes it.
+        if not held.queued and not held.pending:
             self._release(held)
             self.wake_starter.set()
+
+    def release_written(self, held: Held) -> None:
+        """A finished task whose buffered end the supervisor has now written (or dropped: a
+        conflict) lets its slot go (``settle`` kept it)."""
+        self._release(held)
+        self.wake_starter.set()
 
     def _release(self, held: Held) -> None:
         with self._lock:
@@ -356,8 +364,12 @@ class Runner(Starting):
     def settle(self, held: Held, *, wake: bool = True) -> None:
         """After a finished task's last state was written (or buffered): answer the stop
         commands that waited for it, let it go, free its slot, look for more work (``wake``:
-        the starter thread does; the committer starts the next tasks itself)."""
-        self._release(held)
+        the starter thread does; the committer starts the next tasks itself). An end the store
+        did not take (it was away: buffered) keeps the slot until the supervisor writes it
+        (``release_written``): a task started into it meanwhile would show one more ``RUNNING``
+        here than there are slots, the old one's end not yet stored."""
+        if not held.pending:
+            self._release(held)
         now = self.writer.clock.now()
         for command_id in held.stop_commands:  # stop commands wait for the task to really end
             self.writer.complete(command_id, now, held.final_outcome)

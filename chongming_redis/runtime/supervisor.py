@@ -18,10 +18,14 @@ log = logging.getLogger("chongming_redis.runtime")
 
 
 def supervise(
-    writer: TaskWriter, running: threading.Event, end_overdue: Callable[[Held], None]
+    writer: TaskWriter,
+    running: threading.Event,
+    end_overdue: Callable[[Held], None],
+    release: Callable[[Held], None] = lambda held: None,
 ) -> None:
     """``end_overdue``: ends a held task whose function runs past its timeout + grace
-    (``Runner.end_overdue``)."""
+    (``Runner.end_overdue``); ``release``: lets the slot of a finished task go once its
+    buffered end is written (``Runner.release_written``)."""
     config, events = writer.config, writer.events
     tick = min(config.progress_interval, config.task_lease / 4)
     while running.is_set():
@@ -32,7 +36,7 @@ def supervise(
                 if writer.overdue(held):
                     end_overdue(held)
                     continue
-                renewed += supervise_one(writer, held)
+                renewed += supervise_one(writer, held, release)
             except StoreUnavailable as exc:  # logged once per outage, then summarised
                 events.store_error("supervise")
                 OUTAGE.failed(f"supervise {held.task_id}", exc)
@@ -44,13 +48,19 @@ def supervise(
             events.leases_renewed(renewed)
 
 
-def supervise_one(writer: TaskWriter, held: Held) -> bool:
+def supervise_one(
+    writer: TaskWriter, held: Held, release: Callable[[Held], None] = lambda held: None
+) -> bool:
     """One held task's turn in the tick; True when its lease was renewed."""
     if held.queued:
         return False  # the committer writes it
-    if held.pending and writer.flush(held) and held.done:
-        writer.held.forget(held)
-        return False
+    if held.pending:
+        written = writer.flush(held)
+        if held.done and not held.pending:  # its end written, or dropped for a conflict
+            if written:
+                writer.held.forget(held)
+            release(held)  # the slot it kept while its end was buffered
+            return False
     if held.done:
         return False
     if time.monotonic() - held.lease_renewed_at >= writer.config.task_lease / 3:

@@ -25,8 +25,10 @@ Replies
 Idempotency: if the memo exists, this is a retry of a call whose reply was lost; the same
 commands are returned and nothing new is leased (redis-py re-sends a command whose reply is lost).
 Invariants: a command is in exactly one of cq / cl while unfinished; two claims never both
-hold a valid lease on one command. Bound: at most 1000 expired leases are moved back per call,
-at most `limit` commands leased (and as many audit entries).
+hold a valid lease on one command; a command is claimable only by a now at or after its
+lease_until (an ended lease not taken stays in cl, claimable by the next now that ended it).
+Bound: at most 1000 expired leases are read per call, at most `limit` commands leased (and as
+many audit entries).
 ]]
 --- @include "lib/common"
 
@@ -56,7 +58,7 @@ if rcall('EXISTS', memo) == 1 then return reply_for(rcall('LRANGE', memo, 0, -1)
 local candidates = {}
 local queued = rcall('ZRANGE', queue, 0, limit - 1, 'WITHSCORES')
 for i = 1, #queued, 2 do
-  candidates[#candidates + 1] = { id = queued[i], created = queued[i + 1], expired = false }
+  candidates[#candidates + 1] = { id = queued[i], created = queued[i + 1] }
 end
 local expired = rcall('ZRANGEBYSCORE', leases, '-inf', now, 'LIMIT', 0, 1000)
 for i = 1, #expired do
@@ -64,7 +66,7 @@ for i = 1, #expired do
   if key_type(key) ~= 'hash' then return corrupt(key, '', 'leased command is not a hash') end
   local created = rcall('HGET', key, 'c')
   if not is_uint(created) then return corrupt(key, 'c', 'created_at malformed') end
-  candidates[#candidates + 1] = { id = expired[i], created = created, expired = true }
+  candidates[#candidates + 1] = { id = expired[i], created = created }
 end
 table.sort(candidates, function(a, b)
   local x, y = tonumber(a.created), tonumber(b.created)
@@ -84,22 +86,20 @@ for i = 1, math.min(limit, #candidates) do
   if f[5] and not is_uint(f[5]) then return corrupt(key, 'f', 'finished_at malformed') end
 end
 
--- All checks passed; from here on only writes.
+-- All checks passed; from here on only writes. An ended lease this call does not take stays
+-- in the lease set: moved to the queue, it would be taken by a later claim passing an earlier
+-- now (a claimer whose clock is behind) while lease_until > that now, which the protocol
+-- refuses; the next claim whose now ended it finds it among the expired candidates.
 local claimed = {}
-for i = 1, #candidates do
+for i = 1, math.min(limit, #candidates) do
   local c = candidates[i]
-  if i <= limit then
-    rcall('HSET', root .. 'c:' .. c.id, 'lu', lease_until)
-    rcall('ZREM', queue, c.id)
-    rcall('ZADD', leases, lease_until, c.id)
-    claimed[#claimed + 1] = c.id
-    if auditing then
-      rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
-        'op', 'claim', 'cid', c.id, 'until', lease_until, 'now', now, 'owner', claimer)
-    end
-  elseif c.expired then -- expired but not taken now: back to the queue, claimable by age
-    rcall('ZREM', leases, c.id)
-    rcall('ZADD', queue, c.created, c.id)
+  rcall('HSET', root .. 'c:' .. c.id, 'lu', lease_until)
+  rcall('ZREM', queue, c.id)
+  rcall('ZADD', leases, lease_until, c.id)
+  claimed[#claimed + 1] = c.id
+  if auditing then
+    rcall('XADD', audit, 'MAXLEN', '~', 1000000, '*',
+      'op', 'claim', 'cid', c.id, 'until', lease_until, 'now', now, 'owner', claimer)
   end
 end
 if #claimed > 0 then

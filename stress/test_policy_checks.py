@@ -17,6 +17,7 @@ from chongming_redis.policy import RetryPolicy
 from chongming_redis.stress import policy_checks as pc
 from chongming_redis.stress import start_checks
 from chongming_redis.stress.harness import Options, policy_run
+from chongming_redis.stress.policy_report import stall_windows
 from chongming_redis.stress.producer import workload
 from tests.support.redis_server import RedisProc
 
@@ -134,6 +135,18 @@ def test_an_attempt_held_past_timeout_plus_the_slack_is_caught() -> None:
     (found,) = pc.check_timeouts({"c": stuck}, {"c": 1.0}, 5.0, until=E + 9)
     assert "held 8.00s and was never ended" in found.detail
     assert pc.check_timeouts({"c": stuck}, {"c": 1.0}, 5.0, until=E + 7.05) == []  # tolerance
+    # A stall of the store's writers (SQLite: a worker stopped inside a write holds the one
+    # write lock) lengthens the bound by the part of the attempt it overlaps, and only that.
+    stalls = [(E + 3, E + 5), (E + 20, E + 30)]
+    assert pc.check_timeouts({"b": paused}, {"b": 1.0}, slack=5.0, stalls=stalls) == []
+    (found,) = pc.check_timeouts({"b": paused}, {"b": 1.0}, slack=5.0, stalls=[(E + 7.9, E + 30)])
+    assert "+ 0.20s stalled" in found.detail  # 8.0 to 8.1 of it: not enough
+    records = [
+        {"op": "fault", "kind": "lease_holder_pause", "at": 3.0, "t": 9.0},
+        {"op": "fault", "kind": "worker_kill", "at": 9.0, "t": 9.1},
+        {"op": "submit"},
+    ]
+    assert stall_windows(records, 100.0) == [(103.0, 109.0)]
 
 
 def test_the_slack_is_grace_plus_one_reconcile_plus_one_lease_of_the_harness_workers() -> None:

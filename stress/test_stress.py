@@ -75,6 +75,7 @@ def test_short_clean_run_fires_every_fault_and_finds_no_violation(
         skews = [f for f in report["fault_log"] if f["kind"] == "clock_skew"]
         assert skews and all(f["fired"] and "300" in f["detail"] for f in skews), skews
     assert report["acked_writes_lost"] == 0 and report["final_restart"]
+    check_linearizable(report)
     beside = report["filler_tasks"] + report["graph_tasks"]
     assert report["submitted"] - beside == 150, report["unacknowledged_submits"]
     assert report["graph_tasks"] == 162  # 5 diamonds, 5 failing parents' clumps, the fan-out
@@ -197,8 +198,46 @@ def test_unsafe_start_without_compare_and_set_is_caught(tmp_path: Path) -> None:
     assert report["unsafe"] == "skip-cas"
     assert report["duplicate_starts"] > 0, report["violation_examples"]
     assert report["double_claims"] > 0  # both starters began the attempt
+    check_not_linearizable(report)
     assert report["violations"] > 0
     assert rc != 0
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_unsafe_compare_and_set_in_two_steps_is_not_linearizable(tmp_path: Path) -> None:
+    # the sixth negative control: the workers' save checks the version, pauses, then writes
+    # blindly, and every task move is such a save (stress/two_step.py)
+    rc, report = _run_stress(
+        tmp_path, "--workers=2", "--tasks=30", "--seconds=8", "--seed=7", unsafe="two-step-save"
+    )
+    assert report["unsafe"] == "two-step-save"
+    check_not_linearizable(report)
+    assert any("save v" in line for v in report["linearizability"]["violations"]
+               for line in v["example"])  # fmt: skip
+    assert rc != 0
+
+
+def check_linearizable(report: dict) -> None:
+    """A clean run's linearizability section: every recorded history checked and legal,
+    the driver's and the workers' processes recorded."""
+    lin = report["linearizability"]
+    assert lin["violations"] == [] and report["not_linearizable"] == 0
+    assert lin["unknown"] == [], lin["unknown"]  # over the budget: not a pass
+    assert lin["histories"] >= report["tasks_created"] and lin["operations"] > lin["histories"]
+    assert lin["commands"]["histories"] >= report["commands_sent"]
+    assert lin["processes"] >= 1 + report["workers"]
+
+
+def check_not_linearizable(report: dict) -> None:
+    """A negative control's: violations, each with its minimal example, counted as the
+    run's ``not_linearizable`` and shown on the matrix line."""
+    found = report["linearizability"]["violations"]
+    assert report["not_linearizable"] == len(found) > 0, report["violation_examples"]
+    assert all(v["kind"] in ("not_linearizable", "unexplained_start") for v in found)
+    assert all(v["example"] for v in found)
+    assert "cannot be linearized" in "\n".join(line for v in found for line in v["example"])
+    assert "not linearizable" in stress_main.summary(report)
 
 
 @pytest.mark.slow

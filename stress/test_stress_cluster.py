@@ -46,6 +46,9 @@ def check_exactly_once(report: dict[str, Any]) -> None:
     ended = report["succeeded"] + report["stopped"] + report["lost"] + report["failed"]
     assert ended == report["tasks_created"]  # a unique submit may return its holder instead
     assert report["succeeded"] > report["submitted"] // 2  # the workers really ran them
+    lin = report["linearizability"]  # the workers' and the driver's calls, every one legal
+    assert lin["violations"] == [] and lin["unknown"] == [], lin
+    assert lin["histories"] >= report["tasks_created"]
 
 
 def test_a_stress_run_on_a_cluster_skips_what_it_cannot_do_and_says_so(

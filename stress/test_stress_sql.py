@@ -64,6 +64,10 @@ def _assert_clean(rc: int, report: dict[str, Any], fired: set[str]) -> None:
     # the lease audit is Redis's alone: skipped with its reason, not reported as zero
     assert "command_lease_audit" in report["checks_skipped"]
     assert "audit_claims" not in report
+    # the linearizability check runs on every store: every recorded history legal
+    lin = report["linearizability"]
+    assert lin["violations"] == [] and lin["unknown"] == [], lin
+    assert lin["histories"] >= report["tasks_created"] and lin["processes"] > report["workers"]
     assert rc == 0
 
 

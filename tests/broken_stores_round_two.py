@@ -285,6 +285,35 @@ class ReclaimLeasedFromOldExpiry(InMemoryTaskStore):
         return fixed
 
 
+class ClaimHandsBackEndedLeases(InMemoryTaskStore):
+    """a claim moves every lease its now ended that it does not take back to the unleased
+    queue (lease_until left as it was), so any later now claims it, even one before
+    lease_until (the Redis claim script did)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._handed_back: set[str] = set()
+
+    def claim_commands(
+        self, *, now: datetime, lease_seconds: float, limit: int = 50
+    ) -> list[Command]:
+        until = encode_dt(check.check_claim(now, lease_seconds, limit))
+        moment = encode_dt(now)
+        with self._open():
+            ready = sorted(
+                (r for c, r in self._commands.items() if r["finished_at"] is None and (
+                    r["lease_until"] is None or int(r["lease_until"]) <= moment  # type: ignore[call-overload]
+                    or c in self._handed_back)),
+                key=lambda r: (r["created_at"], r["command_id"]),
+            )  # fmt: skip
+            for row in ready[:limit]:
+                row["lease_until"] = until
+                self._handed_back.discard(str(row["command_id"]))
+            self._handed_back.update(str(r["command_id"]) for r in ready[limit:]
+                                     if r["lease_until"] is not None)  # fmt: skip
+            return [row_to_command(row) for row in ready[:limit]]
+
+
 class ReleaseResetsAge(InMemoryTaskStore):
     """release re-queues the command at the back (its created_at becomes ``now``)."""
 
@@ -716,6 +745,9 @@ CAUGHT_BY: dict[str, str] = {
     "ClaimWindowIncludesLeased": "test_validly_leased_commands_never_occupy_the_claim_window",
     "ClaimWindowIncludesUnclaimedFinished": "test_commands_completed_without_a_claim_never_occupy_the_claim_window",
     "ReclaimLeasedFromOldExpiry": "test_a_reclaim_of_an_expired_command_is_leased_from_now",
+    "ClaimHandsBackEndedLeases": (
+        "test_an_ended_lease_a_claim_does_not_take_stays_leased_for_an_earlier_now"
+    ),
     "ReleaseResetsAge": "test_release_puts_a_command_back_at_its_original_age",
     "ReleaseReleasesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",
     "CompleteFinishesTheWholeTask": "test_release_and_complete_touch_no_other_command_of_the_same_task",

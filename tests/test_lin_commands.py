@@ -28,7 +28,6 @@ from chongming_redis.stress.lin_commands import (
     ReadCommand,
     ReleaseCommand,
     Submit,
-    Sweep,
     render,
 )
 from chongming_redis.stress.lin_history import Call, Logs
@@ -255,18 +254,3 @@ def test_every_sequential_execution_of_the_reference_store_is_accepted(
     recorder.close()
     report = oplog.check_dir(directory, read_command=store.get_command)
     assert report["violations"] == [] and report["unknown"] == []
-
-
-def test_a_redis_claim_may_hand_back_a_lease_its_now_ended_to_a_claimer_with_an_earlier_now(
-) -> None:  # fmt: skip
-    """``lua/claim_commands.lua`` moves every lease ended by its now that it does not take back
-    to the queue: a later claim then takes the command whatever now it passes (``Sweep``)."""
-    first, behind = claim("a", 10, 20, now_s=100), claim("c", 50, 60, now_s=110)
-    assert verdict(SUBMITTED, first, behind) == "violation"
-    assert verdict(SUBMITTED, first, op("b", 30, 40, Sweep(130 * S)), behind) == "linearizable"
-    # a sweep whose now had not ended the lease hands nothing back
-    assert verdict(SUBMITTED, first, op("b", 30, 40, Sweep(129 * S)), behind) == "violation"
-    # nor does one before the lease, nor one of a finished command
-    assert verdict(SUBMITTED, op("b", 6, 8, Sweep(130 * S)), first, behind) == "violation"
-    done = op("d", 22, 24, Complete(1, None))
-    assert verdict(SUBMITTED, first, done, op("b", 30, 40, Sweep(130 * S)), behind) == "violation"

@@ -228,3 +228,53 @@ def test_a_task_seen_absent_may_have_been_removed_by_a_prune_invoked_before() ->
     # a prune never removes a task that is not final
     unfinished = call("save", 20, 30, {"t": "a", "x": 1, "v": 2, "s": "running"})
     assert check([CREATE, unfinished, prune, gone], [], None)["violations"] != []
+
+
+def test_an_unknown_or_refused_commit_and_start_has_no_results_to_read() -> None:
+    item = {"i": [["a", 1, 2, "succeeded", None]], "o": "w1"}
+    done = TaskSnapshot("a", "step", TaskStatus.SUCCEEDED, 2, NOW, NOW)
+    lost = call("commit_and_start", 20, None, item, result="StoreUnavailable")
+    assert check([CREATE, lost], [SUBMITTED], done)["violations"] == []  # it may have happened
+    refused = call("commit_and_start", 20, 30, item, kind="fail", result=["refused", "ValueError"])
+    assert check([CREATE, refused], [SUBMITTED], task("a"))["violations"] == []
+    assert check([CREATE, refused], [SUBMITTED], done)["violations"] != []  # it did not
+
+
+def test_a_start_by_a_save_to_running_explains_its_history_entry() -> None:
+    # a store without batched starts: a save to RUNNING, then the lease (StoreAdapter.start)
+    save = call("save", 20, 30, {"t": "a", "x": 1, "v": 2, "s": "running"})
+    lease = call("touch_fenced", 32, 35, {"t": "a", "x": 2, "o": "w1"}, result=True)
+    running = TaskSnapshot("a", "step", R, 2, NOW, NOW, lease_owner="w1")
+    assert check([CREATE, save, lease], [SUBMITTED, STARTED], running)["violations"] == []
+    (found,) = check([CREATE, lease], [SUBMITTED, STARTED], running)["violations"][:1]
+    assert found["kind"] == "unexplained_start"
+
+
+def test_a_schedule_tick_creates_its_task_unless_the_id_exists() -> None:
+    args = {"t": "a", "v": 1, "s": "pending", "o": None}
+    read = call("get", 20, 30, {"t": "a"}, result=[1, "pending", None], client="3/1")
+    tick = call("write_schedule", 0, 10, args, result=True)
+    assert check([tick, read], [SUBMITTED], task("a"))["violations"] == []
+    # "not created, the id exists" of a task nobody created is a violation
+    existed = call("write_schedule", 0, 10, args, result=False)
+    assert check([existed, read], [SUBMITTED], task("a"))["violations"] != []
+    conflict = call("write_schedule", 0, 10, args, kind="fail",
+                    result=["refused", "ScheduleConflict"])  # fmt: skip
+    assert check([conflict], [], None)["violations"] == []  # nothing written
+
+
+def test_install_moves_the_recording_to_a_new_directory_per_run(tmp_path: Path) -> None:
+    cls = type("RecordedMemory", (InMemoryTaskStore,), {})
+    recorder = oplog.install(tmp_path / "run1", classes=[cls])
+    assert recorder is not None
+    store = cls()
+    store.create(task("a"))
+    recorder.close()  # the harness closes it before the check
+    store.create(task("unrecorded"))
+    assert oplog.install(tmp_path / "run2", classes=[cls]) is recorder
+    store.create(task("b"))
+    recorder.close()
+    first, second = lines(tmp_path / "run1"), lines(tmp_path / "run2")
+    assert [r["e"] for r in first] == ["begin", "call", "ok", "end"]
+    assert [r["e"] for r in second] == ["begin", "call", "ok", "end"]
+    assert [r["a"]["t"] for r in first + second if r["e"] == "call"] == ["a", "b"]

@@ -25,9 +25,12 @@ from redis.exceptions import RedisClusterException
 from chongming_redis.embedded.redis_server import EmbeddedRedisError
 from chongming_redis.errors import MissingExtra, StoreError
 from chongming_redis.stores.urls import StoreUrlError, parse_store_url
+from chongming_redis.stress import lin_report
 from chongming_redis.stress.harness import Options, run
 from chongming_redis.stress.namespace import StressError
 from chongming_redis.stress.report import VIOLATION_KINDS, render
+from chongming_redis.stress.soak import RATE, SoakPlan
+from chongming_redis.stress.soak import render as render_soak
 from chongming_redis.stress.sql_records import SqlRecordsError
 from chongming_redis.stress.targets import check_new_sqlite
 
@@ -42,8 +45,9 @@ DESCRIPTION = """\
 A stress run against a real pool of worker processes under faults (worker SIGKILL and SIGSTOP,
 clock skew, Redis kill -9 and restart, dropped connections), then checkers that read the stored
 histories: exactly-once starts, no lost acknowledged write, the policies, limits, schedules and
-dependencies (docs/reliability.md). On Redis by default; --store runs it on SQLite or
-PostgreSQL, with the faults that apply to that store (the report lists the others as skipped).
+dependencies, and that every recorded store call is linearizable (docs/reliability.md). On
+Redis by default; --store runs it on SQLite or PostgreSQL, with the faults that apply to that
+store (the report lists the others as skipped).
 
 Exit status: 0 when every checker found nothing and every scheduled fault fired; 1 when not, or
 for a mistake on the command line; 2 when the run could not start (the namespace holds data, no
@@ -115,6 +119,19 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         metavar="A..B",
         help="a matrix: one run per seed from A to B (inclusive), one summary line each",
     )
+    p.add_argument(
+        "--soak",
+        type=_at_least(0.5, float),
+        metavar="MINUTES",
+        help="a soak on Redis: load at --soak-rate, faults and removal for MINUTES, "
+        "Redis memory per stored task sampled (replaces --seconds and --tasks)",
+    )
+    p.add_argument(
+        "--soak-rate",
+        type=_at_least(0.1, float),
+        default=RATE,
+        help="workload submits per second in a soak",
+    )
     p.add_argument("--concurrency", type=_at_least(1), default=4, help="task slots per worker")
     p.add_argument("--task-lease", type=_at_least(0.5, float), default=2.0)
     p.add_argument("--drain-seconds", type=_at_least(1, float), default=45.0)
@@ -132,6 +149,12 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
     a = p.parse_args(argv)
     if a.store is not None and (a.redis is not None or a.cluster):
         p.error("--store names the store: give it without --redis and --cluster")
+    soak = None
+    if a.soak is not None:
+        if a.store is not None or a.cluster or a.seeds is not None:
+            p.error("--soak runs on Redis, one seed: give it without --store, --cluster, --seeds")
+        soak = SoakPlan.for_minutes(a.soak, a.soak_rate)
+        a.seconds, a.tasks = soak.seconds, soak.tasks
     opts = Options(
         store=a.store,
         redis=a.redis,
@@ -148,6 +171,7 @@ def parse(argv: list[str] | None = None) -> tuple[Options, str | None, list[int]
         worker_lease=a.task_lease,
         drain_seconds=a.drain_seconds,
         workdir=a.workdir,
+        soak=soak,
     )
     return opts, a.json_file, a.seeds
 
@@ -208,7 +232,8 @@ def summary(report: dict[str, Any]) -> str:
         f"tasks {report['submitted']} (succeeded {report['succeeded']}, "
         f"stopped {report['stopped']}, failed {report['failed']}, lost {report['lost']}, "
         f"unfinished {report['unfinished']})  violations {report['violations']}  "
-        f"faults {fired}/{scheduled} fired  {report['seconds']}s"
+        f"faults {fired}/{scheduled} fired  {report['seconds']}s  "
+        f"{lin_report.summary(report.get('linearizability'))}"
     )
     if "unique_submits" in report:  # the task policies really in use
         retries = sum(report.get("retries_by_cause", {}).values())
@@ -281,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     render(report, stderr=json_file == "-")
+    if "soak" in report:
+        render_soak(report["soak"], sys.stderr if json_file == "-" else sys.stdout)
     _write_json(report, json_file)
     return 0 if report["ok"] else 1
 

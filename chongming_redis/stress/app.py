@@ -42,7 +42,14 @@ burst=1)``), whose functions also record the server's ``TIME`` as they begin
 definitions (``RedisTaskStore.record_limits`` does nothing), so the store's start limits
 nothing (a ref whose limit id is not recorded limits nothing). A fifth, ``ignore-parents``: the
 driver submits the dependencies' graphs (``producer.graph_clumps``) without their edges, as a
-store that keeps none would run them (``dependency_checks``).
+store that keeps none would run them (``dependency_checks``). A sixth, ``two-step-save``: the
+workers' Redis store does its compare-and-set as a read, a compare, a pause and a blind write,
+and has no batched calls, so every task move is such a save (``stress/two_step.py``).
+
+Last of all, once every control above has patched what it patches, ``oplog.install()`` wraps
+the store methods this process really calls: with ``CHONGMING_STRESS_OPLOG`` set (the harness
+sets it for its workers), each store call is recorded for the linearizability check
+(``stress/oplog.py``).
 """
 
 from __future__ import annotations
@@ -67,7 +74,7 @@ from chongming_redis.runtime.app import App
 from chongming_redis.runtime.context import TaskContext
 from chongming_redis.schedules import Schedule
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.stress import sql_records
+from chongming_redis.stress import oplog, sql_records, two_step
 from chongming_redis.stress.clients import client_for, cluster_from_env, server_time
 
 app = App("stress")
@@ -78,6 +85,9 @@ NS_ENV = "CHONGMING_STRESS_NAMESPACE"
 #: On a SQL store: the store's URL, where the fenced effects go (``sql_records``); the other
 #: records (runs, began, clocks) go to the private side Redis at ``URL_ENV``.
 STORE_ENV = "CHONGMING_STRESS_STORE_URL"
+#: In a soak (``stress/soak.py``): the tick tasks' retention (seconds), so they are removed
+#: while it runs like the driver's tasks, which carry theirs.
+SOAK_RETENTION_ENV = "CHONGMING_STRESS_SOAK_RETENTION"
 
 # KEYS[1] task hash, KEYS[2] effects list; ARGV[1] attempt, ARGV[2] owner, ARGV[3] record.
 FENCED_PUSH = """
@@ -327,7 +337,7 @@ def rated(ctx: TaskContext, params: Step) -> dict[str, int]:
     return _once(ctx, params, timed=True)
 
 
-@app.task()
+@app.task(retention=float(os.environ.get(SOAK_RETENTION_ENV) or 0) or None)
 def beat(ctx: TaskContext, params: Any) -> str:
     """The task of ``BEAT``'s ticks (``stress/schedule_checks.py`` judges them)."""
     return ctx.task_id
@@ -419,3 +429,6 @@ if os.environ.get(UNSAFE_ENV) == "skip-cas":
     RedisTaskStore.start_tasks = blind_start_tasks  # type: ignore[method-assign,assignment]
 elif os.environ.get(UNSAFE_ENV) == "ignore-policies":
     ignore_policies()
+elif os.environ.get(UNSAFE_ENV) == "two-step-save" and URL_ENV in os.environ:
+    two_step.install()  # the workers' store only (URL_ENV: set for the workers alone)
+oplog.install()  # last: it must wrap what the patches above left

@@ -12,6 +12,8 @@ Layout of one run (``--keep`` leaves it on disk):
 * ``driver.jsonl``: the driver's client log, one JSON line per op (submit / control / fault),
   ``outcome`` ``ok`` (acknowledged), ``fail`` (refused) or ``info`` (indeterminate);
 * ``worker-<n>.log``: each worker process's stderr;
+* ``oplog/ops-<pid>.jsonl``: every store call of the workers and of the driver, for the
+  linearizability check (``stress/oplog.py``);
 * the redis-server's directory (AOF) when the run started its own (``--store``: the SQLite
   file, the private PostgreSQL's directory).
 """
@@ -39,10 +41,11 @@ from chongming_redis.runtime.buckets import BucketPolicy
 from chongming_redis.runtime.config import ControllerConfig
 from chongming_redis.runtime.controller import Controller
 from chongming_redis.stress import app as stress_app
+from chongming_redis.stress import oplog
 from chongming_redis.stress.faults import Nemesis, schedule
 from chongming_redis.stress.feed_watch import FeedWatch
 from chongming_redis.stress.plumbing import ClientLog, libfaketime, quiet_between, upstream_of
-from chongming_redis.stress.policy_report import PolicyRun
+from chongming_redis.stress.policy_report import PolicyRun, stall_windows
 from chongming_redis.stress.producer import (
     graph_clumps,
     limit_clumps,
@@ -51,6 +54,7 @@ from chongming_redis.stress.producer import (
     workload,
 )
 from chongming_redis.stress.report import VIOLATION_KINDS, collect, verdict
+from chongming_redis.stress.soak import Soak, SoakPlan, fault_plan
 from chongming_redis.stress.stress_store import StressStore
 from chongming_redis.stress.targets import DRIVER, Target, prepare
 
@@ -60,6 +64,8 @@ APP = "chongming_redis.stress.app:app"
 #: The workers' default retry policy's ``max_attempts`` (``--max-attempts``): what a task
 #: without a policy of its own may use (``attempts_exceeded``).
 WORKER_MAX_ATTEMPTS = 3
+#: The run directory's operation logs (``stress/oplog.py``): the workers' and the driver's.
+OPLOG_DIR = "oplog"
 
 
 @dataclass
@@ -86,16 +92,21 @@ class Options:
     #: Wall-clock ``(begin, end)`` of faults done beside the run (a test's reshard or
     #: failover), filled while it runs: the checkers that need a quiet pool leave them out.
     outside_faults: list[tuple[float, float]] = field(default_factory=list)
+    #: ``--soak``: load, faults and removal for the whole window, memory sampled (``soak``)
+    soak: SoakPlan | None = None
 
 
 def worker_processes(opts: Options, target: Target, logdir: Path) -> WorkerProcesses:
     env = dict(os.environ)
-    env.update({**target.app_env(), AUDIT_ENV: "1"})
+    env.update({**target.app_env(), AUDIT_ENV: "1", oplog.OPLOG_ENV: str(logdir / OPLOG_DIR)})
     env.pop(CLUSTER_ENV, None)
     if opts.cluster:  # the workers' store and the stress app's client
         env[CLUSTER_ENV] = "1"
     if opts.unsafe:
         env[stress_app.UNSAFE_ENV] = opts.unsafe
+    env.pop(stress_app.SOAK_RETENTION_ENV, None)
+    if opts.soak:  # the tick tasks' retention: a soak removes every task
+        env[stress_app.SOAK_RETENTION_ENV] = str(opts.soak.retention)
     source = Path(chongming_redis.__file__).resolve().parent.parent
     if (source / "pyproject.toml").exists():  # a source checkout: the workers import it too
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
@@ -150,8 +161,12 @@ def run(opts: Options) -> dict[str, Any]:
     faketime = libfaketime()
     if faketime is None:
         skipped.setdefault("clock_skew", "libfaketime is not installed (apt-get install faketime)")
-    plan = schedule(opts.seed, opts.seconds, target.kinds())
+    plan = (fault_plan(opts.seed, opts.seconds, target.kinds(), opts.soak.fault_spacing)
+            if opts.soak else schedule(opts.seed, opts.seconds, target.kinds()))  # fmt: skip
     proxy = target.proxy
+    # The driver's submits and control commands are writes: recorded too (unrecorded, they
+    # would look like violations), from before its first call to after its last.
+    recorder = oplog.install(workdir / OPLOG_DIR)
     store = target.open_store()
     driver = Controller(
         store, app=stress_app.app, owner=DRIVER, buckets=BucketPolicy(opts.num_buckets)
@@ -198,8 +213,10 @@ def run(opts: Options) -> dict[str, Any]:
             planned_edges[task_id] = (after, on_failure)
         if unsafe == "ignore-parents":  # a store that keeps no dependencies: all run at once
             after = ()
+        retention = opts.soak.retention if opts.soak else None  # a soak removes every task
         returned = submit_until_known(driver, task_id, params, log, name=name, unique=unique,
-                                      after=after, on_failure=on_failure)  # fmt: skip
+                                      after=after, on_failure=on_failure,
+                                      retention=retention)  # fmt: skip
         if returned is None:
             return
         acked_submits.append(task_id)
@@ -209,7 +226,7 @@ def run(opts: Options) -> dict[str, Any]:
                 store.client.delete(store.keys.unique(unique))  # type: ignore[attr-defined]
 
     def submit_loop() -> None:
-        window = opts.seconds * 0.85
+        window = opts.seconds * (1.0 if opts.soak else 0.85)  # a soak: the whole window
         for i in range(opts.tasks):
             target = started + window * i / max(1, opts.tasks)
             time.sleep(max(0.0, target - time.monotonic()))
@@ -246,7 +263,7 @@ def run(opts: Options) -> dict[str, Any]:
 
     def control_loop() -> None:
         crng = random.Random(opts.seed + 1)
-        window = opts.seconds * 0.7
+        window = opts.seconds * (1.0 if opts.soak else 0.7)
         for i in range(n_commands):
             target = started + 1.0 + window * i / max(1, n_commands)
             time.sleep(max(0.0, target - time.monotonic()))
@@ -277,11 +294,19 @@ def run(opts: Options) -> dict[str, Any]:
     ]
     for t in threads:
         t.start()
+    soak = None if opts.soak is None else Soak(
+        opts.soak, store, namespace, lambda task_id: control(task_id, "resume"),
+        watched=lambda: (len(watch.tasks), len(watch.removed_by)),
+        out=workdir / "soak-samples.jsonl")  # fmt: skip
+    if soak is not None:
+        soak.start()
     time.sleep(max(0.0, started + opts.seconds - time.monotonic()))
     nemesis.join(60)
     stop_load.set()
     for t in threads:
         t.join(30)
+    if soak is not None:  # the samples cover the load, not the drain
+        soak.stop()
     if proxy is not None:
         proxy.clear()
 
@@ -308,7 +333,11 @@ def run(opts: Options) -> dict[str, Any]:
     workers.stop_all()
     nemesis.join(10)
     watch.stop()
+    if recorder is not None:
+        recorder.close()  # every line on disk before the check reads them
     policies.watch, policies.driver_log = watch, log.records
+    if target.kind == "sqlite":  # one write lock: a worker stopped in a write stalls them all
+        policies.stalls = stall_windows(log.records, log.wall0)
 
     # The final restart: everything acknowledged must be read back from the AOF (the WAL).
     store, final_restart = target.final_restart(store)
@@ -318,7 +347,8 @@ def run(opts: Options) -> dict[str, Any]:
                      opts.concurrency,
                      quiet=quiet_between(faults, log.wall0, opts.task_lease,
                                          opts.outside_faults),
-                     policies=policies, graphs=planned_edges)  # fmt: skip
+                     policies=policies, graphs=planned_edges,
+                     oplog_dir=workdir / OPLOG_DIR)  # fmt: skip
     report.update(
         # every acknowledged submit: a task created, or (unique) the holder's id returned
         submitted=len(acked_submits),
@@ -350,6 +380,8 @@ def run(opts: Options) -> dict[str, Any]:
         if nemesis.fired.get(k, 0) < n
     }
     report["faults_missing"] = missing
+    if soak is not None:
+        report["soak"] = soak.report()
     report["fault_log"] = [r for r in log.records if r.get("op") == "fault"]
     report["violations"] = sum(report[k] for k in VIOLATION_KINDS)
     report["ok"] = verdict(report)

@@ -22,18 +22,12 @@ the in-memory reference (``stores/memory.py``, ``stores/_memory_reads.py``) defi
   anyone complete a command, leased, expired or never claimed; ``not found`` only when absent;
 * ``ReleaseCommand()``: on a present command; clears the lease of an unfinished one, leaves a
   finished one as it is. No holder check either; ``not found`` only when absent;
-* ``ReadCommand()`` (``get_command``): ok with exactly the stored lease, finish and outcome;
-* ``Sweep(now)``: what the Redis store really does besides (``lua/claim_commands.lua``): a
-  claim moves *every* lease its now ended (up to 1,000 a call) that it does not take back to
-  the unleased queue, ``lease_until`` left as it was. From then on any claim takes the command,
-  whatever now it passes, even one before ``lease_until`` — which the protocol's
-  ``lease_until <= now`` (and the in-memory and SQL stores) refuse. The register's ``swept``
-  flag says so; the recorder marks claims of a Redis store (``"sw"``), and each such claim
-  call becomes a ``Sweep`` of the commands whose history it can matter to
-  (``CommandHistories.attribute_sweeps``): the memory and SQL stores are held to the protocol,
-  Redis to its script. (A claimer whose clock is behind gets a command whose lease another
-  claimer's clock found ended; no holder's lease is cut shorter than by the furthest-ahead
-  clock, which could claim it anyway.)
+* ``ReadCommand()`` (``get_command``): ok with exactly the stored lease, finish and outcome.
+
+Every store is held to these rules, Redis included: its claim script once moved every lease its
+now ended but did not take back to the unleased queue, where a later claim passing an *earlier*
+now took it while ``lease_until > now``; this check found it, and the contract now pins the rule
+(``test_an_ended_lease_a_claim_does_not_take_stays_leased_for_an_earlier_now``).
 
 A ``claim_commands`` call whose outcome is unknown may have leased any claimable command, and no
 result says which. A claim matters to the model only through what it writes, the lease: a later
@@ -56,7 +50,6 @@ else its writes (a submit above all) look like violations.
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,9 +89,6 @@ class CommandView(NamedTuple):
 class CommandRegister(NamedTuple):
     present: bool
     lease_until: int | None
-    #: a Redis claim found the lease ended by its now and handed it back without taking it
-    #: (``Sweep``): claimable by any now, though ``lease_until`` still shows the old lease
-    swept: bool
     owner: str | None  # who claimed it last (a label: no store call checks it)
     finished_at: int | None
     outcome: str | None
@@ -110,11 +100,11 @@ class CommandRegister(NamedTuple):
     def __repr__(self) -> str:
         if not self.present:
             return "absent"
-        shown = repr(self.view()) + (" (handed back by a later now)" if self.swept else "")
+        shown = repr(self.view())
         return f"{shown} by {self.owner}" if self.owner and self.finished_at is None else shown
 
 
-ABSENT_COMMAND = CommandRegister(False, None, False, None, None, None)
+ABSENT_COMMAND = CommandRegister(False, None, None, None, None)
 
 
 @dataclass(frozen=True)
@@ -135,14 +125,6 @@ class Claim:
 
     def __str__(self) -> str:
         return f"claim by {self.owner} at {_at(self.now)} until {_at(self.until)}"
-
-
-@dataclass(frozen=True)
-class Sweep:
-    now: int
-
-    def __str__(self) -> str:
-        return f"redis claim at {_at(self.now)} hands back leases ended by then"
 
 
 @dataclass(frozen=True)
@@ -194,20 +176,17 @@ class CommandModel:
             return None
         if isinstance(call, Claim):
             return _claim(state, call, outcome)
-        if isinstance(call, Sweep):
-            ended = state.lease_until is not None and state.lease_until <= call.now
-            return state._replace(swept=True) if ended and state.finished_at is None else state
         if isinstance(call, Complete):
             return state if state.finished_at is not None \
                 else state._replace(finished_at=call.now, outcome=call.outcome)  # fmt: skip
         if isinstance(call, ReleaseCommand):
             return state if state.finished_at is not None \
-                else state._replace(lease_until=None, swept=False, owner=None)  # fmt: skip
+                else state._replace(lease_until=None, owner=None)  # fmt: skip
         raise TypeError(f"not an operation of the command model: {call!r}")
 
 
 def _submit(state: CommandRegister, call: Submit, outcome: Any) -> CommandRegister | None:
-    stored = CommandRegister(True, call.lease_until, False, None, call.finished_at, call.outcome)
+    stored = CommandRegister(True, call.lease_until, None, call.finished_at, call.outcome)
     if outcome is UNKNOWN:
         return state if state.present else stored
     if isinstance(outcome, Exists):
@@ -217,10 +196,10 @@ def _submit(state: CommandRegister, call: Submit, outcome: Any) -> CommandRegist
 
 def _claim(state: CommandRegister, call: Claim, outcome: Any) -> CommandRegister | None:
     claimable = state.finished_at is None and (
-        state.lease_until is None or state.lease_until <= call.now or state.swept
+        state.lease_until is None or state.lease_until <= call.now
     )
     if claimable:
-        return state._replace(lease_until=call.until, swept=False, owner=call.owner)
+        return state._replace(lease_until=call.until, owner=call.owner)
     return state if outcome is UNKNOWN else None
 
 
@@ -252,8 +231,6 @@ class CommandHistories:
     ops: dict[str, list[lin.Operation]] = field(default_factory=lambda: defaultdict(list))
     #: ``now + lease_seconds`` (us) -> the claim calls with that lease whose outcome is unknown
     unknown_claims: dict[int, list[RecordedCall]] = field(default_factory=lambda: defaultdict(list))
-    #: the claim calls (ok or unknown) of a store that hands back the leases ended by their now
-    sweepers: list[RecordedCall] = field(default_factory=list)
 
     def add(self, call: RecordedCall) -> None:
         """One recorded call of ``METHODS``: its operations, one per command it names."""
@@ -275,8 +252,6 @@ class CommandHistories:
         elif m == "get_command" and call.kind == "ok":
             add(a["k"], ReadCommand(), None if call.result is None else CommandView(*call.result))
         elif m == "claim_commands" and call.kind != "fail":
-            if a.get("sw"):
-                self.sweepers.append(call)
             if call.kind == "unknown":
                 self.unknown_claims[a["u"]].append(call)
                 return
@@ -305,33 +280,6 @@ class CommandHistories:
                 ops.extend(lin.Operation(c.client, c.invoke_ns, None,
                                          Claim(c.client, c.args["w"], until))
                            for c in self.unknown_claims[until])  # fmt: skip
-
-    def attribute_sweeps(self) -> None:
-        """A Redis claim hands back every lease ended by its now that it does not take (see the
-        module docstring): one ``Sweep`` in each command's history from each claim call that
-        can matter there: invoked after the command's first operation and before its last ok
-        claim returned, with a now after that of one of its ok claims (a lease ended by an
-        earlier now, that claim could take itself), and not a call that claimed it."""
-        sweepers = sorted(self.sweepers, key=lambda c: c.invoke_ns)
-        invokes = [c.invoke_ns for c in sweepers]
-        for ops in self.ops.values():
-            claims = [op for op in ops if isinstance(op.call, Claim) and op.known]
-            if not claims:
-                continue
-            first = bisect.bisect_left(invokes, min(op.invoke_ns for op in ops))
-            last = bisect.bisect_right(invokes, max(op.return_ns or 0 for op in claims))
-            earliest = min(op.call.now for op in claims)
-            took = {(op.client, op.invoke_ns) for op in claims}
-            window = sweepers[first:last]
-            ops.extend(
-                _sweep(c) for c in window
-                if c.args["w"] > earliest and (c.client, c.invoke_ns) not in took
-            )  # fmt: skip
-
-
-def _sweep(claim: RecordedCall) -> lin.Operation:
-    ret = claim.return_ns if claim.kind == "ok" else None
-    return lin.Operation(claim.client, claim.invoke_ns, ret, Sweep(claim.args["w"]), OK)
 
 
 def view(command: Any) -> CommandView | None:
@@ -375,7 +323,6 @@ def check_commands(
     if read_command is not None:
         found.add_final_reads(read_command)
     found.attribute_claims()
-    found.attribute_sweeps()
     model, report = CommandModel(), CommandReport(len(found.ops), 0, [], [], 0)
     for command_id in sorted(found.ops):
         ops = found.ops[command_id]

@@ -1,8 +1,7 @@
 """From the operation logs (``stress/oplog.py``) to per-task histories, checked for
 linearizability against the task model (``stress/lin_model.py``), and per-command histories of
 the control commands against the command model (``stress/lin_commands.py``, which also builds
-them, attributes unknown claims and Redis's lease hand-backs): the report's
-``linearizability`` section.
+them and attributes unknown claims): the report's ``linearizability`` section.
 
 Each recorded call becomes one operation per task it names (a batch's items are atomic per item:
 one operation per item, with the call's bounds). A call without a return line (its process was
@@ -167,13 +166,19 @@ def _explode(call: Call, into: Histories) -> None:
     elif m == "create" or m == "save":
         op = Create(a["v"], a["s"], a["o"]) if m == "create" else Save(a["x"], a["v"], a["s"])
         add(a["t"], op, _outcome(call.result if call.kind == "fail" else None))
+    elif m == "write_schedule":  # a tick: created, or not as its id exists (``False``)
+        outcome = Exists() if call.kind == "ok" and not call.result else None
+        add(a["t"], Create(a["v"], a["s"], a["o"]),
+            outcome or _outcome(call.result if call.kind == "fail" else None))  # fmt: skip
     elif m == "get" and call.kind == "ok":
         add(a["t"], Read(), ABSENT if call.result is None else Register(*call.result))
     elif m in ("commit_tasks", "commit_and_start"):
-        results = call.result if m == "commit_tasks" else (call.result or {}).get("c")
-        _items(call, a["i"], results if call.kind == "ok" else None, add)
+        # An unknown or refused call's result is the error's name or the refusal, not results.
+        returned = call.result if call.kind == "ok" else None
+        results = returned if m == "commit_tasks" else (returned or {}).get("c")
+        _items(call, a["i"], results, add)
         if m == "commit_and_start":
-            _starts(call, a["o"], (call.result or {}).get("s"), into, add)
+            _starts(call, a["o"], (returned or {}).get("s"), into, add)
     elif m == "start_tasks":
         _starts(call, a["o"], call.result, into, add)
     elif m == "touch" and call.kind != "fail":
@@ -216,13 +221,19 @@ def attribute(
             continue  # a task no recorded client touched is out of the check
         explained = {(op.call.owner, op.call.version) for op in ops
                      if isinstance(op.call, Start) and op.known}  # fmt: skip
+        # A store without batched starts is started by a save to RUNNING (then the lease and
+        # the entry: ``StoreAdapter.start``): that save, ok or unknown, is the entry's write.
+        running = TaskStatus.RUNNING.value
+        saved = {op.call.version for op in ops
+                 if isinstance(op.call, Save) and op.call.status == running}  # fmt: skip
         for entry in entries:
             if entry.from_status is TaskStatus.WAITING:
                 release = Release(entry.version, entry.to_status.value)
                 ops.append(lin.Operation("store", first, None, release))
                 continue
             match = START.match(entry.reason or "")
-            if match is None or (match["owner"], entry.version) in explained:
+            if match is None or (match["owner"], entry.version) in explained \
+                    or entry.version in saved:  # fmt: skip
                 continue
             start = Start(match["owner"], entry.version)
             candidates = found.unknown_starts.get(match["owner"], [])
@@ -268,14 +279,25 @@ def check_records(
     final_snapshots: Mapping[str, TaskSnapshot | None] | None = None,
     *,
     read_command: Callable[[str], Any] | None = None,
+    read_history: Callable[[str], Sequence[Transition]] | None = None,
+    read_task: Callable[[str], TaskSnapshot | None] | None = None,
     budget: int = DEFAULT_BUDGET,
 ) -> dict[str, Any]:
-    """The report's ``linearizability`` section (keys: see ``oplog.check_dir``)."""
+    """The report's ``linearizability`` section (keys: see ``oplog.check_dir``).
+    ``read_history`` and ``read_task`` (the store's ``history`` and ``get``) fill in the final
+    history and snapshot of each recorded task the mappings do not name (a task a worker
+    created: a schedule's tick)."""
     began = time.perf_counter()
     found = build(logs.calls)
-    violations = attribute(found, final_histories or {})
-    if final_snapshots:
-        add_final_reads(found, final_snapshots)
+    histories, snapshots = dict(final_histories or {}), dict(final_snapshots or {})
+    for task_id in found.ops:
+        if read_history is not None and task_id not in histories:
+            histories[task_id] = read_history(task_id)
+        if read_task is not None and task_id not in snapshots:
+            snapshots[task_id] = read_task(task_id)
+    violations = attribute(found, histories)
+    if snapshots:
+        add_final_reads(found, snapshots)
     attribute_removals(found)
     model, unknown, steps = TaskModel(), [], 0
     for task_id in sorted(found.ops):

@@ -9,8 +9,7 @@ wraps the methods of the store classes the model covers (``RECORDED``) so each c
 * ``{"e": "call", "n": k, "c": "<pid>.<thread>", "t": ns, "m": method, "a": {...}}`` before
   the call: the arguments the models need (task id, expected version, new version, status,
   owner; for the control commands the command id, the caller's ``now``, the lease's end and
-  the outcome, as integer microseconds, and ``"sw": 1`` on a claim of a Redis store, whose
-  script hands back the leases its now ended: ``stress/lin_commands.py``), never the payloads;
+  the outcome, as integer microseconds), never the payloads;
 * ``{"e": "ok" | "fail" | "unknown", "n": k, "t": ns, "r": ...}`` after it: ``fail`` is a typed
   refusal the store made atomically (a conflict, an existing id, a unique id taken, no such
   command, a bad argument), ``unknown`` anything else (``StoreError``, a connection error, a
@@ -54,6 +53,7 @@ from chongming_redis.errors import (
     CommandNotFound,
     ConcurrencyConflict,
     ParentNotFound,
+    ScheduleConflict,
     StoreClosed,
     TaskAlreadyExists,
     UniqueTaken,
@@ -66,7 +66,8 @@ from chongming_redis.stress import lin_history
 OPLOG_ENV = "CHONGMING_STRESS_OPLOG"
 FLUSH_SECONDS = 1.0
 #: Typed refusals: the store wrote nothing, atomically (an argument refused before any I/O too).
-REFUSALS = (UniqueTaken, WaitingMove, ParentNotFound, StoreClosed, ValueError, TypeError)
+REFUSALS = (UniqueTaken, WaitingMove, ParentNotFound, ScheduleConflict, StoreClosed, ValueError,
+            TypeError)  # fmt: skip
 
 Extract = Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any] | None]
 
@@ -89,6 +90,13 @@ def _create(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
 def _save(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
     s = _arg(a, kw, 0, "snapshot")
     return {"t": s.task_id, "x": kw["expect_version"], "v": s.status_version, "s": s.status.value}
+
+
+def _write_schedule(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any] | None:
+    """A schedule's tick: its task is created in the same atomic step as the state (only
+    a write with a ``task`` is an operation of the task model)."""
+    task = kw.get("task")
+    return None if task is None else _create((task,), {})
 
 
 def _touch(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any] | None:
@@ -155,6 +163,7 @@ def _command_id(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any]:
 #: positions are the protocol's (everything after the first is keyword-only).
 RECORDED: dict[str, tuple[Extract, Callable[[Any], Any], bool]] = {
     "create": (_create, lambda r: None, True),
+    "write_schedule": (_write_schedule, lambda r: bool(r[1]), True),
     "save": (_save, lambda r: None, True),
     "get": (lambda a, kw: {"t": _arg(a, kw, 0, "task_id")}, _register, False),
     "commit_tasks": (
@@ -191,7 +200,8 @@ def refusal(exc: BaseException) -> list[Any] | None:
 
 
 class Recorder:
-    """One process's log file: thread-safe, buffered, reopened in a forked child."""
+    """One process's log file: thread-safe, buffered, reopened in a forked child, and moved to
+    another directory by ``reopen`` (the harness's driver, one directory per run)."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -211,8 +221,18 @@ class Recorder:
         self.path = self.directory / f"ops-{self.pid}.jsonl"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._last_flush = time.monotonic()
+        self._generation = getattr(self, "_generation", 0) + 1  # the flusher of this file
         self._line({"e": "begin", "pid": self.pid, "t": time.monotonic_ns()}, flush=True)
-        threading.Thread(target=self._flusher, name="oplog-flush", daemon=True).start()
+        threading.Thread(target=self._flusher, args=(self._generation,), name="oplog-flush",
+                         daemon=True).start()  # fmt: skip
+
+    def reopen(self, directory: str | os.PathLike[str]) -> None:
+        """Close this file (clean exit line included) and record into ``directory`` from now
+        on."""
+        self.close()
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._open()
 
     def _reopen_in_child(self) -> None:
         if not self._closed:  # the parent's buffer is the parent's: the child starts its own
@@ -233,6 +253,10 @@ class Recorder:
         at = time.monotonic_ns()
         with self._lock:
             self._line({"e": kind, "n": number, "t": at, "r": result}, flush=False)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
         with self._lock:
@@ -255,41 +279,24 @@ class Recorder:
             self._buffer.clear()
         self._last_flush = time.monotonic()
 
-    def _flusher(self) -> None:
+    def _flusher(self, generation: int) -> None:
         while True:
             time.sleep(FLUSH_SECONDS)
             with self._lock:
-                if self._closed or self.pid != os.getpid():
+                if self._closed or self.pid != os.getpid() or generation != self._generation:
                     return
                 self._flush()
 
 
 def record_class(cls: type, recorder: Recorder) -> type:
     """Wrap ``cls``'s methods named in ``RECORDED`` (those it has) to record every call into
-    ``recorder``; a method already wrapped is left alone. Returns ``cls``."""
+    ``recorder``; a method already wrapped for ``recorder`` is left alone. Returns ``cls``."""
     for name, spec in RECORDED.items():
         original = getattr(cls, name, None)
-        if original is None or getattr(original, "__oplog__", False):
+        if original is None or getattr(original, "__oplog__", None) is recorder:
             continue
-        if name == "claim_commands" and _hands_back_ended_leases(cls):
-            spec = (_marked_sweeping(spec[0]), *spec[1:])
         setattr(cls, name, _recorded(recorder, name, original, spec))
     return cls
-
-
-def _marked_sweeping(extract: Extract) -> Extract:
-    def marked(a: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any] | None:
-        found = extract(a, kw)
-        return None if found is None else {**found, "sw": 1}
-
-    return marked
-
-
-def _hands_back_ended_leases(cls: type) -> bool:
-    """Whether ``cls`` claims with the Redis script, which moves every lease it finds ended by
-    its ``now`` (and does not take) back to the queue, claimable by any ``now``
-    (``lua/claim_commands.lua``; ``stress/lin_commands.py``: ``Sweep``)."""
-    return any(k.__module__ == "chongming_redis.stores.redis" for k in cls.__mro__)
 
 
 def _recorded(
@@ -324,7 +331,9 @@ def _recorded(
         recorder.finish(number, "ok", outcome(result))
         return result
 
-    recorded.__oplog__ = True  # type: ignore[attr-defined]
+    # Which recorder: a class wrapped for another one (the driver's, in a test process that
+    # ran the harness) is wrapped again, each recorder keeping what it was given.
+    recorded.__oplog__ = recorder  # type: ignore[attr-defined]
     return recorded
 
 
@@ -336,13 +345,16 @@ def install(directory: str | os.PathLike[str] | None = None,
     """Record this process's store calls into ``directory`` (by default
     ``$CHONGMING_STRESS_OPLOG``; neither: nothing is recorded, ``None``). ``classes``: the store
     classes to wrap (by default the built-in stores: Redis, SQLite, PostgreSQL). Idempotent
-    within a process; a second call with another directory records into the first."""
+    within a process; a call with another directory (or after ``close``) moves the recording
+    there (the harness's driver: one directory per run)."""
     global _installed
     where = directory if directory is not None else os.environ.get(OPLOG_ENV)
     if not where:
         return None
     if _installed is None:
         _installed = Recorder(where)
+    elif _installed.closed or Path(where) != _installed.directory:
+        _installed.reopen(where)
     if classes is None:
         from chongming_redis.stores.postgres import PostgresTaskStore
         from chongming_redis.stores.redis import RedisTaskStore
@@ -360,6 +372,8 @@ def check_dir(
     *,
     final_snapshots: Mapping[str, TaskSnapshot | None] | None = None,
     read_command: Callable[[str], Command | None] | None = None,
+    read_history: Callable[[str], Sequence[Transition]] | None = None,
+    read_task: Callable[[str], TaskSnapshot | None] | None = None,
     budget: int = lin_history.DEFAULT_BUDGET,
 ) -> dict[str, Any]:
     """The report's ``linearizability`` section for the logs in ``path`` (every
@@ -367,12 +381,14 @@ def check_dir(
     ``lin_history.check_records``. ``final_histories`` (``store.history(task_id)`` after the
     run) attributes start and release entries no recorded ``ok`` explains; ``final_snapshots``
     adds a last read of each task after every operation, ``read_command`` (the store's
-    ``get_command``) one of each recorded command. The control commands are checked per command
-    (``stress/lin_commands.py``): ``report["commands"]`` counts their histories and operations,
-    and their violations and unknowns name a ``command_id`` where the tasks' name a
-    ``task_id``."""
+    ``get_command``) one of each recorded command; ``read_history`` and ``read_task`` (the
+    store's ``history`` and ``get``) both of each recorded task the mappings leave out. The
+    control commands are checked per command (``stress/lin_commands.py``):
+    ``report["commands"]`` counts their histories and operations, and their violations and
+    unknowns name a ``command_id`` where the tasks' name a ``task_id``."""
     files = sorted(Path(path).glob("ops-*.jsonl"))
     return lin_history.check_records(
         lin_history.read_logs(files), final_histories, final_snapshots,
-        read_command=read_command, budget=budget,
+        read_command=read_command, read_history=read_history, read_task=read_task,
+        budget=budget,
     )  # fmt: skip

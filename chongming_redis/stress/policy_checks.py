@@ -145,25 +145,32 @@ def check_timeouts(
     *,
     until: float | None = None,
     tolerance: float = CLOCKS,
+    stalls: Sequence[tuple[float, float]] = (),
 ) -> list[Violation]:
     """``timeout_overrun``: an attempt of a task with a ``timeout`` (``timeouts[task]``)
     held ``RUNNING`` (or ``PAUSED``) longer than ``timeout + slack`` (the harness's bound:
-    ``timeout_grace + reconcile_interval + task_lease``, docs/reliability.md). An attempt
-    still held at the end of its history counts until ``until`` (when the workers were
-    stopped), if given."""
+    ``timeout_grace + reconcile_interval + task_lease``, docs/reliability.md), plus the part
+    of its span that overlaps a ``stalls`` window (wall-clock times the store's writers could
+    not write: on SQLite a worker SIGSTOPped inside a write transaction holds the one write
+    lock, so no end can be written until it goes on). An attempt still held at the end of its
+    history counts until ``until`` (when the workers were stopped), if given."""
     found = []
     for task_id, history in histories.items():
         timeout = timeouts.get(task_id)
         if timeout is None:
             continue
-        bound = timeout + slack
         for attempt, start, stop, end in attempt_spans(history, until):
-            if stop is None or stop - start <= bound + tolerance:
+            if stop is None:
+                continue
+            stalled = sum(max(0.0, min(stop, b) - max(start, a)) for a, b in stalls)
+            bound = timeout + slack + stalled
+            if stop - start <= bound + tolerance:
                 continue
             how = f"until {end.to_status}" if end is not None else "and was never ended"
+            waited = f" + {stalled:.2f}s stalled" if stalled else ""
             found.append(Violation("timeout_overrun", task_id,
                                    f"attempt {attempt} held {stop - start:.2f}s {how}: past "
-                                   f"its timeout {timeout:g}s + {slack:g}s"))  # fmt: skip
+                                   f"its timeout {timeout:g}s + {slack:g}s{waited}"))  # fmt: skip
     return found
 
 

@@ -18,6 +18,14 @@ from chongming_redis.stress.feed_watch import FeedWatch
 from chongming_redis.stress.stress_store import StressStore
 
 
+def stall_windows(records: Sequence[Mapping[str, Any]], wall0: float) -> list[tuple[float, float]]:
+    """The wall-clock windows of the run's ``lease_holder_pause`` faults (``at`` to ``t``, from
+    the driver's log): on SQLite a worker stopped inside a write transaction holds the
+    database's one write lock for that long, and every other writer waits."""
+    return [(wall0 + r["at"], wall0 + r["t"]) for r in records
+            if r.get("op") == "fault" and r.get("kind") == "lease_holder_pause"]  # fmt: skip
+
+
 @dataclass
 class PolicyRun:
     """What the harness knows of the run that the policy checkers need: the workers' policy
@@ -32,6 +40,8 @@ class PolicyRun:
     watch: FeedWatch | None = None
     driver_log: Sequence[Mapping[str, Any]] = ()
     workers_stopped_at: float | None = None
+    #: Wall-clock windows the store's writers may have been stalled in (``stall_windows``).
+    stalls: Sequence[tuple[float, float]] = ()
 
     @property
     def timeout_slack(self) -> float:
@@ -101,7 +111,8 @@ def check(
     )
     timeouts = {t: s.timeout for t, s in present.items()}
     found += policy_checks.check_timeouts(histories, timeouts, run.timeout_slack,
-                                          until=run.workers_stopped_at)  # fmt: skip
+                                          until=run.workers_stopped_at,
+                                          stalls=run.stalls)  # fmt: skip
 
     removals = []
     for task_id, tomb in tombstones.items():

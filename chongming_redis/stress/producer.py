@@ -140,17 +140,21 @@ def submit_until_known(
     unique: str | None = None,
     after: tuple[str, ...] = (),
     on_failure: str = "stop",
+    retention: float | None = None,
     patience: float = PATIENCE_SECONDS,
 ) -> str | None:
     """Submit ``name`` as ``task_id``; once acknowledged, the id it returned (``task_id``, or
     with ``unique`` held by another unfinished task, that task's), else ``None``. A unique
     submit's log line says what it returned (``returned``, ``created``) and brackets it in
-    the driver's clock (``sent_at`` before the first try, ``acked_at``: seconds)."""
+    the driver's clock (``sent_at`` before the first try, ``acked_at``: seconds).
+    ``retention``: the task's own (a soak's), over its type's."""
     deadline = time.monotonic() + patience
     unsure = False  # an earlier attempt may have created it
     policies: dict[str, Any] = {"unique": unique} if unique is not None else {}
     if after:
         policies.update(after=after, on_parent_failure=on_failure)
+    if retention is not None:
+        policies["retention"] = retention
     sent_at = driver.clock.now().timestamp()
 
     def acked(returned: str, **more: Any) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from chongming_redis.model import TaskQuery, TaskSnapshot, TaskStatus, Transition
@@ -18,6 +19,7 @@ from chongming_redis.stress import (
     dependency_checks,
     feed_watch,
     limit_checks,
+    lin_report,
     policy_report,
     schedule_checks,
     start_checks,
@@ -59,6 +61,8 @@ VIOLATION_KINDS = (
     "wrong_releases",
     "waiting_exits",
     "stuck_waiting",
+    # the linearizability check (stress/lin_report.py): per task and per command
+    "not_linearizable",
 )
 
 #: The workers' start interval (``ControllerConfig.start_poll_interval``, the CLI's default).
@@ -84,11 +88,13 @@ def collect(
     policies: PolicyRun,
     quiet: Callable[[float, float], bool] = lambda since, until: True,
     graphs: dependency_checks.Edges | None = None,
+    oplog_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Read the ground truth from the store and run every checker (``slots``: each worker's;
     ``policies``: the workers' policy settings and the feed watch). A task its retention
     removed is judged on what the feed watch kept of it (its final snapshot and history),
-    and counts as present (not lost) by its tombstone."""
+    and counts as present (not lost) by its tombstone. ``oplog_dir``: the run's operation
+    logs, checked for linearizability (``lin_report``)."""
     run = policies
     finals: dict[str, TaskSnapshot | None] = {t: store.get(t) for t in submitted}
     tombstones = feed_watch.tombstones(store)
@@ -124,12 +130,22 @@ def collect(
     limit_found, limit_counts = check_limits(store, truth, known, histories)
     found += limit_found
     beat = scheduling.read(store, stress_app.BEAT.id)  # the state first, then its tasks
+    # In a soak the tick tasks' retention removes them while it runs: those count by what the
+    # feed watch saw of them.
+    ticks = store.query(TaskQuery(name=stress_app.BEAT.task))
+    if run.watch is not None:
+        present_ticks = {t.task_id for t in ticks}
+        ticks += [seen.last for task_id, seen in run.watch.tasks.items()
+                  if task_id in run.watch.removed_by and task_id not in present_ticks
+                  and seen.last.name == stress_app.BEAT.task]  # fmt: skip
     tick_found, tick_counts = schedule_checks.check_schedule(
-        None if beat is None else beat.state, store.query(TaskQuery(name=stress_app.BEAT.task))
+        None if beat is None else beat.state, ticks
     )
     found += tick_found
     graph_found, graph_counts = dependency_checks.check_graphs(graphs or {}, known, histories)
     found += graph_found
+    linearizability = lin_report.check(oplog_dir, histories, finals, store)
+    found += lin_report.violations(linearizability)
     counts = checkers.count(found)
     statuses = Counter(s.status.value for s in known.values() if s is not None)
     retried = sum(
@@ -167,6 +183,8 @@ def collect(
         **tick_counts,
         **graph_counts,
     }
+    if linearizability is not None:
+        report["linearizability"] = linearizability
     for kind in VIOLATION_KINDS:
         report[kind] = counts.get(kind, 0)
     report["double_claims"] = counts.get("double_claims", 0)
@@ -290,6 +308,8 @@ def render(report: dict[str, Any], *, stderr: bool = False) -> None:
         "limit_unjudged",
     ):
         table.add_row(key, str(report.get(key, "-")))
+    for key, value in lin_report.rows(report.get("linearizability")):
+        table.add_row(key, value)
     for key in VIOLATION_KINDS:
         value = report.get(key, 0)
         table.add_row(f"violations: {key}", f"[red]{value}[/]" if value else "0")

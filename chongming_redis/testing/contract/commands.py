@@ -329,6 +329,17 @@ class CommandRules(ContractBase):
         self.store.release_command("c2", now=at(50))  # unleased: left as it is
         assert self.claimed(11) == ["c2"]
 
+    def test_an_ended_lease_a_claim_does_not_take_stays_leased_for_an_earlier_now(self) -> None:
+        # A claim whose now ended two leases but whose limit takes one must leave the other as
+        # it was: a claimer whose clock is behind (now before that lease's end) cannot take it.
+        self.store.submit_command(command("c1", created=0))
+        self.store.submit_command(command("c2", created=1))
+        assert self.claimed(0, lease=10) == ["c1", "c2"]
+        assert self.claimed(20, limit=1) == ["c1"]
+        assert self.claimed(5) == []
+        again = self.store.claim_commands(now=at(10), lease_seconds=30)
+        assert again == [replace(command("c2", created=1), lease_until=at(40))]
+
     def test_a_refused_release_keeps_the_lease(self) -> None:
         self.store.submit_command(command("c1"))
         assert self.claimed(0) == ["c1"]

@@ -57,7 +57,7 @@ def _sample(t: float, stored: int, per_kind: dict[str, int], harness: int = 0,
             "harness_bytes": harness, "store_bytes": store_bytes,
             "per_task": (1_000_000 + store_bytes) // stored,
             "store_per_task": store_bytes // stored,
-            "kinds": {k: {"keys": 1, "bytes": b} for k, b in per_kind.items()}}  # fmt: skip
+            "kinds": {k: {"count": 1, "bytes": b} for k, b in per_kind.items()}}  # fmt: skip
 
 
 def test_the_verdict_is_flat_when_memory_follows_the_tasks() -> None:

@@ -85,8 +85,14 @@ def test_hand_backs_keep_the_attempt_and_max_attempts_counts_the_rest(
         assert any(back in line for line in worker.lines), worker.lines
         snapshot = store.get(task_id)
         assert snapshot is not None and (snapshot.status, snapshot.attempt) == (P, 1)
-    run_once(1).proc.kill()  # the third run dies: LOST, and the policy's second attempt
-    run_once(2).proc.kill()  # the second attempt dies too: no third under --max-attempts=2
+
+    def killed_once_it_ran(attempt: int, runs_before: int) -> None:
+        worker = run_once(attempt)  # killed once its function began (its run recorded)
+        wait_until(lambda: runs.exists() and len(runs.read_text().splitlines()) > runs_before)
+        worker.proc.kill()
+
+    killed_once_it_ran(1, 2)  # the third run dies: LOST, and the policy's second attempt
+    killed_once_it_ran(2, 3)  # the second attempt dies too: no third under --max-attempts=2
     last = Worker(*common)
     workers.append(last)
 

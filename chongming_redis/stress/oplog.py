@@ -356,14 +356,24 @@ def install(directory: str | os.PathLike[str] | None = None,
     elif _installed.closed or Path(where) != _installed.directory:
         _installed.reopen(where)
     if classes is None:
-        from chongming_redis.stores.postgres import PostgresTaskStore
-        from chongming_redis.stores.redis import RedisTaskStore
-        from chongming_redis.stores.sqlite import SqliteTaskStore
-
-        classes = (RedisTaskStore, SqliteTaskStore, PostgresTaskStore)
+        classes = _builtin_stores()
     for cls in classes:
         record_class(cls, _installed)
     return _installed
+
+
+def _builtin_stores() -> tuple[type, ...]:
+    """Redis, SQLite and, where its extra is installed, PostgreSQL (a wheel without
+    ``[postgres]`` runs the stress harness on Redis and SQLite: nothing to record there)."""
+    from chongming_redis.errors import MissingExtra
+    from chongming_redis.stores.redis import RedisTaskStore
+    from chongming_redis.stores.sqlite import SqliteTaskStore
+
+    try:
+        from chongming_redis.stores.postgres import PostgresTaskStore
+    except MissingExtra:
+        return (RedisTaskStore, SqliteTaskStore)
+    return (RedisTaskStore, SqliteTaskStore, PostgresTaskStore)
 
 
 def check_dir(

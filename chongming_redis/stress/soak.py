@@ -136,7 +136,7 @@ def kind_of(key: str, root: str) -> str:
 
 
 def key_sizes(client: Any, keys: Any, namespace: str) -> dict[str, dict[str, int]]:
-    """``{kind: {"keys": n, "bytes": b}}`` over every key of the namespace (``keys``: the
+    """``{kind: {"count": n, "bytes": b}}`` over every key of the namespace (``keys``: the
     store's key builder) and the harness's records (``MEMORY USAGE ... SAMPLES 0``: every
     element counted)."""
     sizes: dict[str, dict[str, int]] = {}
@@ -147,8 +147,8 @@ def key_sizes(client: Any, keys: Any, namespace: str) -> dict[str, dict[str, int
         for name in names:
             pipe.memory_usage(name, samples=0)
         for name, used in zip(names, pipe.execute(), strict=True):
-            entry = sizes.setdefault(kind_of(name, keys.root), {"keys": 0, "bytes": 0})
-            entry["keys"] += 1
+            entry = sizes.setdefault(kind_of(name, keys.root), {"count": 0, "bytes": 0})
+            entry["count"] += 1
             entry["bytes"] += used or 0  # None: the key went meanwhile
     return sizes
 
@@ -329,15 +329,15 @@ def forever(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return int(last["kinds"].get(kind, {}).get(unit, 0) - then)
 
     tombs = last["tombstones"] - first["tombstones"]
-    commands = gained("c", "keys")
+    commands = gained("c", "count")
     feed_bytes = gained("fc", "bytes") + gained("fcs", "bytes")
-    kinds = {k: {"why": why, **last["kinds"].get(k, {"keys": 0, "bytes": 0})}
+    kinds = {k: {"why": why, **last["kinds"].get(k, {"count": 0, "bytes": 0})}
              for k, why in FOREVER.items()}  # fmt: skip
     return {
         "kinds": kinds,
         "tombstones": last["tombstones"],
         "bytes_per_tombstone": round(feed_bytes / tombs) if tombs else None,
-        "command_hashes": last["kinds"].get("c", {}).get("keys", 0),
+        "command_hashes": last["kinds"].get("c", {}).get("count", 0),
         "bytes_per_command": round(gained("c", "bytes") / commands) if commands else None,
     }
 
@@ -353,10 +353,10 @@ def grew(half: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     for kind, now in sorted(last["kinds"].items()):
         if kind.startswith(HARNESS):  # the checkers' records: they grow by design
             continue
-        then = first["kinds"].get(kind, {"keys": 0, "bytes": 0})
+        then = first["kinds"].get(kind, {"count": 0, "bytes": 0})
         if now["bytes"] - then["bytes"] > bound:
             found[kind] = {"bytes_then": then["bytes"], "bytes_now": now["bytes"],
-                           "keys_then": then["keys"], "keys_now": now["keys"]}  # fmt: skip
+                           "keys_then": then["count"], "keys_now": now["count"]}  # fmt: skip
     return found
 
 

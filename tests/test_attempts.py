@@ -15,7 +15,6 @@ graceful restarts catch the task running, then two SIGKILLs; with ``--max-attemp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,20 +27,10 @@ from chongming_redis.model import TaskStatus, Transition
 from chongming_redis.stores.redis import RedisTaskStore
 from tests.support.pool_app import app as pool_app
 from tests.support.redis_server import RedisProc
-from tests.test_cli_worker import Worker, wait_until
+from tests.test_cli_worker import Worker, wait_until, workers  # noqa: F401 (the fixture)
 
 P, R, L = TaskStatus.PENDING, TaskStatus.RUNNING, TaskStatus.LOST
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        if worker.proc.poll() is None:
-            worker.proc.kill()
-            worker.proc.wait(10)
 
 
 def _entry(version: int, frm: TaskStatus | None, to: TaskStatus, reason: str) -> Transition:
@@ -62,7 +51,10 @@ def test_the_demo_audit_counts_a_handed_back_run_once() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_hand_backs_keep_the_attempt_and_max_attempts_counts_the_rest(
-    redis_proc: RedisProc, namespace: str, tmp_path: Path, workers: list[Worker]
+    redis_proc: RedisProc,
+    namespace: str,
+    tmp_path: Path,
+    workers: list[Worker],  # noqa: F811
 ) -> None:
     store = RedisTaskStore.from_url(redis_proc.url, namespace=namespace)
     runs = tmp_path / "runs"

@@ -1,5 +1,5 @@
 """The command lease audit: ``RedisTaskStore(audit=True)`` writes ``{ns}:audit`` from the
-claim/complete/release scripts, and ``chongming_redis.stress.checkers.audit_command_leases``
+claim/complete/release scripts, and ``chongming_redis.stress.lease_audit.audit_command_leases``
 replays it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 from chongming_redis.model import Command, CommandKind
 from chongming_redis.stores.codec import encode_dt
 from chongming_redis.stores.redis import RedisTaskStore
-from chongming_redis.stress import checkers
-from chongming_redis.stress.checkers import AuditEntry
+from chongming_redis.stress import lease_audit
+from chongming_redis.stress.lease_audit import AuditEntry
 from tests.support.redis_server import RedisProc
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -35,12 +35,12 @@ def complete(cid: str, now: int, owner: str = "") -> AuditEntry:
 
 
 def test_an_overlapping_claim_is_a_double_claim() -> None:
-    found = checkers.check_command_leases([claim("c1", 0), claim("c1", 2 * S)])
+    found = lease_audit.check_command_leases([claim("c1", 0), claim("c1", 2 * S)])
     assert [(v.kind, v.task_id) for v in found] == [("double_claims", "c1")]
 
 
 def test_claim_release_claim_complete_is_clean() -> None:
-    audit = checkers.audit_command_leases(
+    audit = lease_audit.audit_command_leases(
         [claim("c1", 0), release("c1", S), claim("c1", 2 * S), complete("c1", 3 * S)]
     )
     assert audit.violations == []
@@ -50,30 +50,32 @@ def test_claim_release_claim_complete_is_clean() -> None:
 
 def test_expired_then_reclaimed_is_clean() -> None:
     # the first lease ends at 5 s; a claim at exactly 5 s (lease_until <= now) is allowed
-    assert checkers.check_command_leases([claim("c1", 0), claim("c1", 5 * S)]) == []
-    assert checkers.check_command_leases([claim("c1", 0), claim("c1", 9 * S)]) == []
+    assert lease_audit.check_command_leases([claim("c1", 0), claim("c1", 5 * S)]) == []
+    assert lease_audit.check_command_leases([claim("c1", 0), claim("c1", 9 * S)]) == []
 
 
 def test_leases_of_different_commands_do_not_interfere() -> None:
-    assert checkers.check_command_leases([claim("c1", 0), claim("c2", S)]) == []
+    assert lease_audit.check_command_leases([claim("c1", 0), claim("c2", S)]) == []
 
 
 def test_two_completions_are_caught() -> None:
-    found = checkers.check_command_leases([claim("c1", 0), complete("c1", S), complete("c1", S)])
+    found = lease_audit.check_command_leases([claim("c1", 0), complete("c1", S), complete("c1", S)])
     assert [(v.kind, v.task_id) for v in found] == [("duplicate_completions", "c1")]
 
 
 def test_a_claim_after_completion_is_caught() -> None:
-    found = checkers.check_command_leases([claim("c1", 0), complete("c1", S), claim("c1", 9 * S)])
+    found = lease_audit.check_command_leases(
+        [claim("c1", 0), complete("c1", S), claim("c1", 9 * S)]
+    )
     assert [v.kind for v in found] == ["double_claims"]
 
 
 def test_completion_without_a_valid_lease_is_counted_not_a_violation() -> None:
-    audit = checkers.audit_command_leases([claim("c1", 0), complete("c1", 7 * S)])
+    audit = lease_audit.audit_command_leases([claim("c1", 0), complete("c1", 7 * S)])
     assert audit.violations == []
     assert audit.completions_without_lease == 1
     # ... by an earlier holder: w1's lease ran out, w2 claimed and handed it back, w1 completes
-    audit = checkers.audit_command_leases(
+    audit = lease_audit.audit_command_leases(
         [
             claim("c1", 0, owner="w1"),
             claim("c1", 6 * S, owner="w2"),
@@ -88,7 +90,7 @@ def test_completion_without_a_valid_lease_is_counted_not_a_violation() -> None:
 
 
 def _holder_violations(entries: list[AuditEntry]) -> list[tuple[str, str]]:
-    return [(v.kind, v.task_id) for v in checkers.check_command_leases(entries)]
+    return [(v.kind, v.task_id) for v in lease_audit.check_command_leases(entries)]
 
 
 def test_completion_and_release_by_the_holder_are_clean() -> None:
@@ -108,7 +110,7 @@ def test_completion_and_release_by_the_holder_are_clean() -> None:
 def test_completion_by_another_process_while_the_lease_is_valid_is_caught() -> None:
     entries = [claim("c1", 0, owner="w1"), complete("c1", S, owner="w2")]
     assert _holder_violations(entries) == [("command_holder", "c1")]
-    detail = checkers.check_command_leases(entries)[0].detail
+    detail = lease_audit.check_command_leases(entries)[0].detail
     assert "completed at 1000000 by w2 while the lease [0, 5000000) of w1 is valid" in detail
 
 
@@ -143,7 +145,7 @@ def test_parse_audit_reads_xrange_replies() -> None:
         (b"1-0", {b"op": b"claim", b"cid": b"c1", b"until": b"15", b"now": b"10", b"owner": b"w"}),
         (b"2-0", {b"op": b"complete", b"cid": b"c1", b"until": b"", b"now": b"12", b"lu": b"15"}),
     ]
-    assert checkers.parse_audit(raw) == [claim("c1", 10, 5, owner="w"), complete("c1", 12)]
+    assert lease_audit.parse_audit(raw) == [claim("c1", 10, 5, owner="w"), complete("c1", 12)]
 
 
 # -- the scripts on a real Redis -------------------------------------------------------------
@@ -181,8 +183,8 @@ def test_audit_on_records_exactly_the_lease_changes(redis_proc: RedisProc, names
         {"op": "complete", "cid": "c1", "until": "", "now": str(us[4]), "lu": str(us[13]),
          "owner": w},
     ]  # fmt: skip
-    audit = checkers.audit_command_leases(
-        checkers.parse_audit(store.client.xrange(store.keys.audit))
+    audit = lease_audit.audit_command_leases(
+        lease_audit.parse_audit(store.client.xrange(store.keys.audit))
     )
     assert audit.violations == [] and audit.completions_without_lease == 0
     store.close()
@@ -201,14 +203,14 @@ def test_the_audit_names_who_claimed_and_who_completed(
     assert {c.command_id for c in w1.claim_commands(now=t1, lease_seconds=10)} == {"c1", "c2"}
     w1.complete_command("c1", now=t2, outcome="stopped")  # the holder
     w2.complete_command("c2", now=t2, outcome="stopped")  # not the holder: the audit shows it
-    entries = checkers.parse_audit(w1.client.xrange(w1.keys.audit))
+    entries = lease_audit.parse_audit(w1.client.xrange(w1.keys.audit))
     assert [(e.op, e.cid, e.owner) for e in entries] == [
         ("claim", "c1", "w1"),
         ("claim", "c2", "w1"),
         ("complete", "c1", "w1"),
         ("complete", "c2", "w2"),
     ]
-    found = checkers.check_command_leases(entries)
+    found = lease_audit.check_command_leases(entries)
     assert [(v.kind, v.task_id) for v in found] == [("command_holder", "c2")]
     w1.close()
     w2.close()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chongming_redis.stress import app as stress_app
-from chongming_redis.stress import checkers, sql_records
+from chongming_redis.stress import lease_audit, sql_records
 
 #: Why the command lease audit is not checked on a SQL store.
 NO_AUDIT = ("the command lease audit ({ns}:audit) is a stream the Redis store's command "
@@ -58,7 +58,7 @@ class GroundTruth(ABC):
         """The claimable commands (``queued``) and those a claim holds (``leased``)."""
 
     @abstractmethod
-    def lease_audit(self) -> checkers.LeaseAudit | None:
+    def lease_audit(self) -> lease_audit.LeaseAudit | None:
         """The command lease audit replayed, ``None`` where the store keeps none."""
 
     @abstractmethod
@@ -88,9 +88,9 @@ class RedisTruth(GroundTruth):
         leased = [_text(m) for m in self.records.zrange(keys.command_leases, 0, -1)]
         return queued, leased
 
-    def lease_audit(self) -> checkers.LeaseAudit | None:
+    def lease_audit(self) -> lease_audit.LeaseAudit | None:
         entries = self.records.xrange(self.store.keys.audit, "-", "+")
-        return checkers.audit_command_leases(checkers.parse_audit(entries))
+        return lease_audit.audit_command_leases(lease_audit.parse_audit(entries))
 
     def limit_holders(self) -> dict[str, set[str]]:
         prefix = self.store.keys.limit_holders("")
@@ -123,7 +123,7 @@ class SqlTruth(GroundTruth):
         itself: the unfinished commands are queued (no lease) or leased."""
         return sql_records.read_open_commands(self.store_url, self.schema)
 
-    def lease_audit(self) -> checkers.LeaseAudit | None:
+    def lease_audit(self) -> lease_audit.LeaseAudit | None:
         return None
 
     def limit_holders(self) -> dict[str, set[str]]:

@@ -24,13 +24,11 @@ from typing import Any
 
 from chongming_redis.model import TaskSnapshot, TaskStatus, Transition
 from chongming_redis.policy import RetryPolicy
-from chongming_redis.stress.checkers import START, Violation
+from chongming_redis.stress.checkers import HAND_BACK, START, Violation
 
 #: ``retry 2/3 after failed (Flaky), in 0.200s`` (``TaskWriter._next_attempt``); a retry by
 #: hand (``retry 2 by <who>``) has no ``/M``.
 RETRY_LABEL = re.compile(r"^retry (?P<n>\d+)/(?P<m>\d+) after (?P<why>.+?), in ")
-#: The reasons of a hand-back (``TaskWriter.hand_back``): the same attempt runs again.
-HAND_BACK = "handed back"
 #: A retry by hand (``submission.retried``): an attempt past the policy's, which nobody judges.
 BY_HAND = re.compile(r"^retry \d+ by ")
 HOLDING = (TaskStatus.RUNNING, TaskStatus.PAUSED)

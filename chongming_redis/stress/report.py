@@ -18,6 +18,7 @@ from chongming_redis.stress import (
     checkers,
     dependency_checks,
     feed_watch,
+    lease_audit,
     limit_checks,
     lin_report,
     policy_report,
@@ -192,7 +193,7 @@ def collect(
     return report
 
 
-def audit_counts(lease_audit: checkers.LeaseAudit | None) -> dict[str, int]:
+def audit_counts(lease_audit: lease_audit.LeaseAudit | None) -> dict[str, int]:
     """The server-side command lease audit ({ns}:audit), replayed by
     ``audit_command_leases``; none where the store keeps no audit."""
     if lease_audit is None:
